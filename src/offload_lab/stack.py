@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import yaml
@@ -46,6 +46,11 @@ class ServerSpec(BaseModel):
     module: str = "vllm.entrypoints.openai.api_server"
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    cpus: list[int] | None = Field(
+        default=None,
+        description="CPU ids the server (and every process it starts) may run on; None: all. On a small CPU-only "
+                    "machine, keeping vLLM's processes on one core leaves the others to the load client.",
+    )
     ready_timeout_s: float = 600.0
     stop_timeout_s: float = 30.0
 
@@ -323,7 +328,7 @@ def start_server(
     started = time.monotonic()
     server.process = subprocess.Popen(
         cmd, stdout=server._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        cwd=str(stack.root), start_new_session=True,
+        cwd=str(stack.root), start_new_session=True, preexec_fn=_affinity(stack.spec.server.cpus),
     )
     timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
     ready, served, timed_out = _wait_ready(server, timeout)
@@ -350,6 +355,16 @@ def start_server(
             f"Log kept at {server.log_path}; its last lines:\n{tail(log_text, 15)}"
         )
     return server
+
+
+def _affinity(cpus: list[int] | None) -> Callable[[], None] | None:
+    if not cpus:
+        return None
+    available = os.sched_getaffinity(0)
+    chosen = set(cpus) & available
+    if not chosen:
+        raise InputError(f"stack server.cpus {cpus} names no CPU this process may use (it may use {sorted(available)})")
+    return lambda: os.sched_setaffinity(0, chosen)
 
 
 def _model_record(model_path: Path) -> dict[str, Any]:

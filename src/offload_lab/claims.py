@@ -1,0 +1,678 @@
+"""Claims: the only way a number reaches the paper.
+
+A claim is a dotted name, a function that computes a value from named files of one experiment's latest ``ok`` run, a
+format, a unit and a one-line description. Claims are declared with :func:`claim` into a registry; later sections of
+the paper add their claims the same way, next to the ones below.
+
+Resolving a claim locates the run (:func:`offload_lab.runs.latest_run`), checks that every file the claim cites is
+listed in that run's manifest and still has the recorded sha256, and only then computes and formats the value. A claim
+function can read only the files it cites (:class:`Sources` refuses any other), so the provenance in ``claims.json`` is
+complete by construction. Any failure raises :class:`~offload_lab.errors.ClaimError` naming the claim and the file.
+
+A claim whose experiment has no ``ok`` run in the campaign is *absent*: it is reported as such in ``claims.json`` and
+never given a made-up value; the paper leaves out the section that needs it, with a visible note.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from . import runs
+from .errors import ClaimError
+
+CLAIMS_SCHEMA = 1
+_CLAIM_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+
+Formatter = str | Callable[[Any], str]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file a claim or figure read, as it was when it was read."""
+
+    path: str  # relative to the repository root when inside it, absolute otherwise
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run of an experiment that the paper reads."""
+
+    experiment: str
+    run_id: str
+    path: str
+    notebook: str | None
+    ended_at: str | None
+
+
+@dataclass(frozen=True)
+class ClaimDef:
+    name: str
+    experiment: str
+    files: tuple[str, ...]
+    compute: Callable[["Sources"], Any]
+    fmt: Formatter
+    unit: str
+    description: str
+
+    def format(self, value: Any) -> str:
+        if callable(self.fmt):
+            return str(self.fmt(value))
+        return self.fmt.format(value)
+
+
+@dataclass
+class ResolvedClaim:
+    name: str
+    status: str  # "ok" or "absent"
+    experiment: str
+    description: str
+    unit: str
+    value: Any = None
+    text: str | None = None
+    run_id: str | None = None
+    notebook: str | None = None
+    files: list[SourceFile] = field(default_factory=list)
+    reason: str | None = None  # why a claim is absent
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["files"] = [asdict(f) for f in self.files]
+        return d
+
+
+@dataclass
+class ClaimSet:
+    """All claims of a campaign, resolved; what ``claims.json`` holds."""
+
+    campaign: str
+    kind: str
+    data_root: str
+    runs: dict[str, RunInfo]
+    absent: list[str]
+    claims: dict[str, ResolvedClaim]
+
+    def __getitem__(self, name: str) -> ResolvedClaim:
+        return self.claims[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.claims
+
+    def ok(self) -> list[ResolvedClaim]:
+        return [c for c in self.claims.values() if c.status == "ok"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": CLAIMS_SCHEMA,
+            "campaign": self.campaign,
+            "kind": self.kind,
+            "data_root": self.data_root,
+            "runs": {k: asdict(v) for k, v in sorted(self.runs.items())},
+            "absent": sorted(self.absent),
+            "claims": {k: v.to_dict() for k, v in sorted(self.claims.items())},
+        }
+
+    def write(self, path: Path) -> Path:
+        runs.atomic_write_json(Path(path), self.to_dict())
+        return Path(path)
+
+    @classmethod
+    def read(cls, path: Path) -> "ClaimSet":
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        claims = {}
+        for name, c in d["claims"].items():
+            c = dict(c)
+            c["files"] = [SourceFile(**f) for f in c.get("files") or []]
+            claims[name] = ResolvedClaim(**c)
+        return cls(
+            campaign=d["campaign"],
+            kind=d["kind"],
+            data_root=d["data_root"],
+            runs={k: RunInfo(**v) for k, v in d["runs"].items()},
+            absent=list(d.get("absent") or []),
+            claims=claims,
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------------------------------
+
+REGISTRY: dict[str, ClaimDef] = {}
+
+
+def claim(
+    name: str,
+    *,
+    experiment: str,
+    files: Iterable[str],
+    fmt: Formatter = "{}",
+    unit: str = "",
+    description: str | None = None,
+    registry: dict[str, ClaimDef] | None = None,
+) -> Callable[[Callable[["Sources"], Any]], Callable[["Sources"], Any]]:
+    """Register a claim. The description defaults to the first line of the function's docstring."""
+    target = REGISTRY if registry is None else registry
+    if not _CLAIM_NAME_RE.match(name):
+        raise ValueError(f"claim name {name!r} must be dotted lowercase, e.g. 'context.tpot_median_ms.shortest'")
+    files = tuple(files)
+    if not files:
+        raise ValueError(f"claim {name} cites no file; every claim is computed from named data files")
+
+    def deco(fn: Callable[["Sources"], Any]) -> Callable[["Sources"], Any]:
+        if name in target:
+            raise ValueError(f"claim {name} is defined twice")
+        doc_lines = (fn.__doc__ or "").strip().splitlines()
+        target[name] = ClaimDef(
+            name=name,
+            experiment=experiment,
+            files=files,
+            compute=fn,
+            fmt=fmt,
+            unit=unit,
+            description=description or (doc_lines[0] if doc_lines else name),
+        )
+        return fn
+
+    return deco
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reading cited files
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Sources:
+    """The files of one run that one claim (or figure) cites; reading any other file is an error."""
+
+    def __init__(self, owner: str, run_dir: Path, manifest: dict[str, Any], files: Iterable[str]):
+        self.owner = owner
+        self.run_dir = Path(run_dir)
+        self._manifest = manifest
+        self.files = tuple(files)
+
+    def path(self, name: str) -> Path:
+        if name not in self.files:
+            raise ClaimError(f"{self.owner} reads {name} but does not cite it; add it to its files")
+        return self.run_dir / name
+
+    def text(self, name: str) -> str:
+        return self.path(name).read_text(encoding="utf-8")
+
+    def json(self, name: str) -> Any:
+        return json.loads(self.text(name))
+
+    def csv(self, name: str) -> Any:
+        import pandas as pd  # imported here: claims about JSON files should not pay for pandas
+
+        return pd.read_csv(self.path(name))
+
+    def events(self, name: str = "events.jsonl") -> list[dict[str, Any]]:
+        return runs.read_events(self.path(name))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        self.path(runs.MANIFEST)
+        return self._manifest
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.manifest.get("parameters") or {}
+
+
+def display_path(path: Path, repo_root: Path | None) -> str:
+    """Path relative to the repository root when it lies inside it (what readers can follow), else absolute."""
+    path = Path(path).resolve()
+    if repo_root is not None:
+        try:
+            return path.relative_to(Path(repo_root).resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+class HashCache:
+    """sha256 by (path, size, mtime): many claims cite the same file, and hashing it once is enough."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int], str] = {}
+
+    def sha256(self, path: Path) -> str:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in self._cache:
+            self._cache[key] = runs.sha256_file(path)
+        return self._cache[key]
+
+
+def verify_cited(
+    owner: str,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    files: Iterable[str],
+    repo_root: Path | None,
+    hashes: HashCache | None = None,
+) -> list[SourceFile]:
+    """Check each cited file against the run's manifest; raise ClaimError naming ``owner`` and the file."""
+    hashes = hashes or HashCache()
+    recorded = manifest.get("files") or {}
+    run_id = manifest.get("run_id", Path(run_dir).name)
+    out = []
+    for name in files:
+        p = Path(run_dir) / name
+        shown = display_path(p, repo_root)
+        if name == runs.MANIFEST:
+            # The manifest is the root of trust: it cannot list its own hash, so record what was read.
+            out.append(SourceFile(shown, hashes.sha256(p), p.stat().st_size))
+            continue
+        if name not in recorded:
+            raise ClaimError(f"{owner}: {shown} is not listed in the manifest of run {run_id}; it cannot be cited")
+        if not p.is_file():
+            raise ClaimError(f"{owner}: {shown} is missing (the manifest of run {run_id} lists it)")
+        actual = hashes.sha256(p)
+        want = recorded[name].get("sha256")
+        if actual != want:
+            raise ClaimError(
+                f"{owner}: {shown} was changed after run {run_id} ended: sha256 {actual[:12]}… differs from the "
+                f"manifest's {str(want)[:12]}…"
+            )
+        out.append(SourceFile(shown, actual, p.stat().st_size))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resolution
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def campaign_kind(campaign: str, repo_root: Path | None = None) -> str:
+    """``embedded`` for a campaign on the tiny random-weight model, else ``real``.
+
+    ``kind:`` in ``configs/campaigns/<campaign>.yaml`` wins; without it a campaign named ``embedded`` or
+    ``embedded-*`` is embedded. Err on the side of the warning: the embedded paper must never pass as a real result.
+    """
+    if repo_root is not None:
+        cfg = Path(repo_root) / "configs" / "campaigns" / f"{campaign}.yaml"
+        if cfg.is_file():
+            import yaml
+
+            data = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
+            kind = data.get("kind") if isinstance(data, dict) else None
+            if kind in ("embedded", "real"):
+                return kind
+    return "embedded" if campaign == "embedded" or campaign.startswith("embedded-") else "real"
+
+
+def run_info(run_dir: Path, repo_root: Path | None) -> RunInfo:
+    m = runs.load_manifest(run_dir)
+    notebook = m.get("notebook")
+    if isinstance(notebook, dict):  # a producer may record {"path": ..., "sha256": ...}
+        notebook = notebook.get("path") or notebook.get("output")
+    return RunInfo(
+        experiment=m.get("experiment", Path(run_dir).parent.name),
+        run_id=m.get("run_id", Path(run_dir).name),
+        path=display_path(run_dir, repo_root),
+        notebook=str(notebook) if notebook else None,
+        ended_at=m.get("ended_at"),
+    )
+
+
+def find_runs(data_root: Path, campaign: str, experiments: Iterable[str]) -> dict[str, Path | None]:
+    """Latest ok run of each experiment named, and of every experiment directory the campaign holds."""
+    names = set(experiments)
+    base = Path(data_root) / campaign
+    if base.is_dir():
+        names |= {p.name for p in base.iterdir() if p.is_dir()}
+    return {e: runs.latest_run(data_root, campaign, e) for e in sorted(names)}
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python scalars, so that json and str.format treat them as plain numbers."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def resolve_one(
+    d: ClaimDef, run_dir: Path, repo_root: Path | None, hashes: HashCache | None = None
+) -> ResolvedClaim:
+    manifest = runs.load_manifest(run_dir)
+    owner = f"claim {d.name}"
+    files = verify_cited(owner, run_dir, manifest, d.files, repo_root, hashes)
+    cited = ", ".join(f.path for f in files)
+    try:
+        value = _plain(d.compute(Sources(owner, run_dir, manifest, d.files)))
+    except ClaimError:
+        raise
+    except Exception as e:  # any bug or bad data in a claim function must name the claim and its files
+        raise ClaimError(f"{owner}: computing it from {cited} failed: {type(e).__name__}: {e}") from e
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        raise ClaimError(f"{owner}: {cited} gave no finite value ({value!r})")
+    try:
+        text = d.format(value)
+    except Exception as e:
+        raise ClaimError(f"{owner}: formatting {value!r} failed: {type(e).__name__}: {e}") from e
+    info = run_info(run_dir, repo_root)
+    return ResolvedClaim(
+        name=d.name,
+        status="ok",
+        experiment=d.experiment,
+        description=d.description,
+        unit=d.unit,
+        value=value,
+        text=text,
+        run_id=info.run_id,
+        notebook=info.notebook,
+        files=files,
+    )
+
+
+def resolve_claims(
+    campaign: str,
+    data_root: Path | str,
+    repo_root: Path | str | None = None,
+    registry: Mapping[str, ClaimDef] | None = None,
+    extra_experiments: Iterable[str] = (),
+) -> ClaimSet:
+    """Resolve every registered claim against the latest ok runs of ``campaign``.
+
+    Claims of an experiment without an ok run are absent; any other failure raises ClaimError.
+    """
+    registry = REGISTRY if registry is None else registry
+    repo = Path(repo_root) if repo_root is not None else None
+    latest = find_runs(Path(data_root), campaign, [d.experiment for d in registry.values()] + list(extra_experiments))
+    hashes = HashCache()
+    resolved: dict[str, ResolvedClaim] = {}
+    for name, d in sorted(registry.items()):
+        run_dir = latest.get(d.experiment)
+        if run_dir is None:
+            resolved[name] = ResolvedClaim(
+                name=name,
+                status="absent",
+                experiment=d.experiment,
+                description=d.description,
+                unit=d.unit,
+                reason=f"campaign {campaign} has no run of {d.experiment} with outcome ok",
+            )
+        else:
+            resolved[name] = resolve_one(d, run_dir, repo, hashes)
+    return ClaimSet(
+        campaign=campaign,
+        kind=campaign_kind(campaign, repo),
+        data_root=display_path(Path(data_root), repo),
+        runs={e: run_info(p, repo) for e, p in latest.items() if p is not None},
+        absent=[e for e, p in latest.items() if p is None],
+        claims=resolved,
+    )
+
+
+def write_claims(claims: ClaimSet, path: Path) -> Path:
+    return claims.write(path)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Formats
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def fmt_int(value: Any) -> str:
+    """Thousands separated, so that 16384 reads 16,384."""
+    return f"{int(round(float(value))):,}"
+
+
+def fmt_sig(digits: int) -> Callable[[Any], str]:
+    """``digits`` significant figures without exponent: a latency can be 0.004 s on a CPU toy or 12.3 s."""
+
+    def f(value: Any) -> str:
+        v = float(value)
+        if v == 0:
+            return "0"
+        decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+        return f"{v:,.{decimals}f}"
+
+    return f
+
+
+def fmt_ratio(value: Any) -> str:
+    return f"{float(value):.2f}×"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers the claim functions share
+# --------------------------------------------------------------------------------------------------------------------
+
+SUMMARY_COLUMNS = (
+    "context_tokens",
+    "n",
+    "ttft_median_s",
+    "ttft_p5_s",
+    "ttft_p95_s",
+    "tpot_median_ms",
+    "tpot_p5_ms",
+    "tpot_p95_ms",
+    "tok_s_median",
+)
+
+
+def context_summary(src: Sources, name: str = "summary.csv") -> Any:
+    """The context experiment's summary, checked against the data contract and sorted by context length."""
+    frame = src.csv(name)
+    missing = [c for c in SUMMARY_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} lacks columns {missing}")
+    # A length at which every request failed has no statistics; the failures are counted from the events instead.
+    frame = frame[frame["n"] > 0]
+    if frame.empty:
+        raise ValueError(f"{name} has no row with a successful request")
+    return frame.sort_values("context_tokens").reset_index(drop=True)
+
+
+def model_config(src: Sources) -> dict[str, Any]:
+    boot = src.json("boot.json")
+    try:
+        return boot["model"]["config"]
+    except (KeyError, TypeError):
+        raise ValueError("boot.json has no model.config (the model's config.json)") from None
+
+
+def config_value(cfg: Mapping[str, Any], *keys: str) -> Any:
+    """First key present: Qwen-MoE and DeepSeek spell the same field differently."""
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    raise ValueError(f"model config has none of {list(keys)}")
+
+
+def trend_word(ratio: float, tolerance: float = 0.05) -> str:
+    """A word for a longest/shortest ratio, so that prose about a direction comes from the data too."""
+    if ratio > 1 + tolerance:
+        return "rises"
+    if ratio < 1 - tolerance:
+        return "falls"
+    return "barely changes"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The claims of the paper. Keep them grouped by experiment; a new section adds its own group.
+# --------------------------------------------------------------------------------------------------------------------
+
+# boots: one run per server start; the model facts come from the config the server loaded.
+
+
+@claim("model.layers", experiment="boots", files=["boot.json"], fmt=fmt_int, unit="layers")
+def _model_layers(src: Sources) -> int:
+    """Transformer layers of the model the server loaded."""
+    return int(config_value(model_config(src), "num_hidden_layers", "n_layer"))
+
+
+@claim("model.experts", experiment="boots", files=["boot.json"], fmt=fmt_int, unit="experts")
+def _model_experts(src: Sources) -> int:
+    """Routed experts per MoE layer."""
+    return int(config_value(model_config(src), "num_experts", "n_routed_experts", "num_local_experts"))
+
+
+@claim("model.top_k", experiment="boots", files=["boot.json"], fmt=fmt_int, unit="experts")
+def _model_top_k(src: Sources) -> int:
+    """Experts each token is routed to (top-k)."""
+    return int(config_value(model_config(src), "num_experts_per_tok", "moe_top_k"))
+
+
+@claim("model.hidden_size", experiment="boots", files=["boot.json"], fmt=fmt_int, unit="")
+def _model_hidden(src: Sources) -> int:
+    """Hidden size of the model."""
+    return int(config_value(model_config(src), "hidden_size", "d_model"))
+
+
+@claim("boots.startup_s", experiment="boots", files=["boot.json"], fmt=fmt_sig(3), unit="s")
+def _boot_startup(src: Sources) -> float:
+    """Seconds from starting the server to its first ready answer."""
+    boot = src.json("boot.json")
+    if boot.get("outcome") != "ready":
+        raise ValueError(f"boot.json says the server did not become ready (outcome {boot.get('outcome')!r})")
+    return float(boot["startup_s"])
+
+
+# context: one request at a time at growing prompt lengths.
+
+
+@claim("context.lengths", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="lengths")
+def _context_lengths(src: Sources) -> int:
+    """Number of context lengths measured."""
+    return int(context_summary(src)["context_tokens"].nunique())
+
+
+@claim("context.tokens.shortest", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="tokens")
+def _context_shortest(src: Sources) -> int:
+    """Shortest prompt measured, in tokens."""
+    return int(context_summary(src)["context_tokens"].iloc[0])
+
+
+@claim("context.tokens.longest", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="tokens")
+def _context_longest(src: Sources) -> int:
+    """Longest prompt measured, in tokens."""
+    return int(context_summary(src)["context_tokens"].iloc[-1])
+
+
+@claim("context.requests", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="requests")
+def _context_requests(src: Sources) -> int:
+    """Requests counted in the summary, over all context lengths."""
+    return int(context_summary(src)["n"].sum())
+
+
+@claim("context.requests_per_length.min", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="requests")
+def _context_n_min(src: Sources) -> int:
+    """Fewest requests counted at any one context length (the sample behind each median)."""
+    return int(context_summary(src)["n"].min())
+
+
+def _request_events(src: Sources) -> list[dict[str, Any]]:
+    # Older logs hold only requests and no "kind"; newer ones mark requests with kind="request".
+    return [e for e in src.events("events.jsonl") if e.get("kind", "request") == "request"]
+
+
+@claim("context.events", experiment="context", files=["events.jsonl"], fmt=fmt_int, unit="requests")
+def _context_events(src: Sources) -> int:
+    """Requests sent, from the raw event log (failed ones included)."""
+    return len(_request_events(src))
+
+
+@claim("context.requests_failed", experiment="context", files=["events.jsonl"], fmt=fmt_int, unit="requests")
+def _context_failed(src: Sources) -> int:
+    """Requests in the raw event log that failed or got a prompt of the wrong length."""
+    return sum(1 for e in _request_events(src) if e.get("ok") is False or e.get("prompt_length_mismatch"))
+
+
+@claim("context.repeats", experiment="context", files=["manifest.json"], fmt=fmt_int, unit="repeats")
+def _context_repeats(src: Sources) -> int:
+    """Repeats per context length the run was asked for."""
+    return int(src.parameters["repeats"])
+
+
+@claim("context.output_tokens", experiment="context", files=["manifest.json"], fmt=fmt_int, unit="tokens")
+def _context_output_tokens(src: Sources) -> int:
+    """Output tokens asked for per request."""
+    return int(src.parameters["output_tokens"])
+
+
+def _at(column: str, row: int) -> Callable[[Sources], float]:
+    return lambda src: float(context_summary(src)[column].iloc[row])
+
+
+for _col, _unit, _fmt, _what in (
+    ("tpot_median_ms", "ms", fmt_sig(3), "Median time per output token"),
+    ("ttft_median_s", "s", fmt_sig(3), "Median time to first token"),
+    ("tok_s_median", "tok/s", fmt_sig(3), "Median decode tokens per second of a stream"),
+):
+    for _end, _row in (("shortest", 0), ("longest", -1)):
+        claim(
+            f"context.{_col}.{_end}",
+            experiment="context",
+            files=["summary.csv"],
+            fmt=_fmt,
+            unit=_unit,
+            description=f"{_what} at the {_end} context",
+        )(_at(_col, _row))
+
+
+def _ratio(column: str) -> Callable[[Sources], float]:
+    def f(src: Sources) -> float:
+        s = context_summary(src)
+        first = float(s[column].iloc[0])
+        if first <= 0:
+            raise ValueError(f"{column} at the shortest context is {first}, no ratio")
+        return float(s[column].iloc[-1]) / first
+
+    return f
+
+
+claim(
+    "context.tpot_ratio",
+    experiment="context",
+    files=["summary.csv"],
+    fmt=fmt_ratio,
+    unit="ratio",
+    description="Median TPOT at the longest context over that at the shortest",
+)(_ratio("tpot_median_ms"))
+claim(
+    "context.ttft_ratio",
+    experiment="context",
+    files=["summary.csv"],
+    fmt=fmt_ratio,
+    unit="ratio",
+    description="Median TTFT at the longest context over that at the shortest",
+)(_ratio("ttft_median_s"))
+claim(
+    "context.tpot_trend",
+    experiment="context",
+    files=["summary.csv"],
+    fmt="{}",
+    unit="",
+    description="Direction of median TPOT from the shortest to the longest context",
+)(lambda src: trend_word(_ratio("tpot_median_ms")(src)))
+claim(
+    "context.ttft_trend",
+    experiment="context",
+    files=["summary.csv"],
+    fmt="{}",
+    unit="",
+    description="Direction of median TTFT from the shortest to the longest context",
+)(lambda src: trend_word(_ratio("ttft_median_s")(src)))
+
+
+def default_data_root(repo_root: Path) -> Path:
+    return Path(os.environ.get("OFFLOAD_LAB_DATA_ROOT") or Path(repo_root) / "data")

@@ -1,0 +1,269 @@
+"""Figures of the paper, drawn by code from data files, each with a sidecar that says what it read.
+
+A figure is registered with :func:`figure` like a claim: a name, the experiment whose latest ``ok`` run it reads, the
+files it cites, and a function that draws on a matplotlib Axes through :class:`~offload_lab.claims.Sources` (which
+refuses files the figure does not cite). :func:`draw_figures` checks the cited files against the run's manifest,
+draws ``<name>.svg`` (used by the paper: vector, and its text is outlined so the PDF audit sees only the caption) and
+``<name>.png``, and writes ``<name>.json``, the sidecar: source files with sha256, run id, producer, and the sha256 of
+each image. :func:`verify_figure` re-checks a sidecar before the paper is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from . import runs
+from .claims import HashCache, SourceFile, Sources, context_summary, find_runs, run_info, verify_cited
+from .errors import ClaimError
+
+SIDECAR_SCHEMA = 1
+IMAGE_FORMATS = ("svg", "png")
+
+DrawFn = Callable[[Sources, Any], None]
+
+
+@dataclass(frozen=True)
+class FigureDef:
+    name: str
+    experiment: str
+    files: tuple[str, ...]
+    draw: DrawFn
+    description: str
+    size_in: tuple[float, float] = (6.0, 2.7)
+
+
+@dataclass
+class FigureRecord:
+    """What the sidecar holds."""
+
+    name: str
+    experiment: str
+    run_id: str
+    run_path: str
+    notebook: str | None
+    producer: str
+    description: str
+    files: list[SourceFile]
+    outputs: dict[str, str] = field(default_factory=dict)  # image file name -> sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["schema"] = SIDECAR_SCHEMA
+        return d
+
+
+FIGURES: dict[str, FigureDef] = {}
+
+
+def figure(
+    name: str,
+    *,
+    experiment: str,
+    files: Iterable[str],
+    size_in: tuple[float, float] = (6.0, 2.7),
+    registry: dict[str, FigureDef] | None = None,
+) -> Callable[[DrawFn], DrawFn]:
+    target = FIGURES if registry is None else registry
+
+    def deco(fn: DrawFn) -> DrawFn:
+        if name in target:
+            raise ValueError(f"figure {name} is defined twice")
+        doc = (fn.__doc__ or "").strip().splitlines()
+        target[name] = FigureDef(name, experiment, tuple(files), fn, doc[0] if doc else name, size_in)
+        return fn
+
+    return deco
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Drawing
+# --------------------------------------------------------------------------------------------------------------------
+
+_STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "svg.fonttype": "path",  # outlines: no font needed to view it, and no stray numbers in the PDF's text layer
+    "svg.hashsalt": "offload-lab",  # stable element ids, so the same data gives the same bytes
+}
+
+
+def _context_axis(ax: Any, tokens: Any) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(tokens))
+    ax.set_xticklabels([f"{int(t):,}" for t in tokens])
+    ax.minorticks_off()
+    ax.set_xlabel("prompt tokens")
+
+
+def _band(ax: Any, x: Any, median: Any, lo: Any, hi: Any, color: str, label: str) -> None:
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0, label="p5–p95")
+    ax.plot(x, median, marker="o", markersize=3.5, color=color, linewidth=1.4, label=label)
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False, loc="upper left")
+
+
+@figure("context_tpot", experiment="context", files=["summary.csv"])
+def context_tpot(src: Sources, ax: Any) -> None:
+    """Median decode time per output token against prompt length, with the p5–p95 band."""
+    s = context_summary(src)
+    x = s["context_tokens"]
+    _band(ax, x, s["tpot_median_ms"], s["tpot_p5_ms"], s["tpot_p95_ms"], "#1f5f9e", "median TPOT")
+    _context_axis(ax, x)
+    ax.set_ylabel("TPOT (ms)")
+
+
+@figure("context_ttft", experiment="context", files=["summary.csv"])
+def context_ttft(src: Sources, ax: Any) -> None:
+    """Median time to first token against prompt length, with the p5–p95 band."""
+    s = context_summary(src)
+    x = s["context_tokens"]
+    _band(ax, x, s["ttft_median_s"], s["ttft_p5_s"], s["ttft_p95_s"], "#b0461b", "median TTFT")
+    _context_axis(ax, x)
+    ax.set_ylabel("TTFT (s)")
+
+
+def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    outputs = {}
+    with matplotlib.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=d.size_in, layout="constrained")
+        try:
+            d.draw(src, ax)
+            for ext in IMAGE_FORMATS:
+                target = out_dir / f"{d.name}.{ext}"
+                meta = {"Date": None} if ext == "svg" else {"Software": None}
+                fig.savefig(target, format=ext, dpi=200, metadata=meta)
+                outputs[target.name] = runs.sha256_file(target)
+        finally:
+            plt.close(fig)
+    return outputs
+
+
+def draw_one(
+    d: FigureDef, run_dir: Path, out_dir: Path, repo_root: Path | None, hashes: HashCache | None = None
+) -> FigureRecord:
+    manifest = runs.load_manifest(run_dir)
+    owner = f"figure {d.name}"
+    files = verify_cited(owner, run_dir, manifest, d.files, repo_root, hashes)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        outputs = _render(d, Sources(owner, run_dir, manifest, d.files), out_dir)
+    except ClaimError:
+        raise
+    except Exception as e:
+        cited = ", ".join(f.path for f in files)
+        raise ClaimError(f"{owner}: drawing it from {cited} failed: {type(e).__name__}: {e}") from e
+    info = run_info(run_dir, repo_root)
+    record = FigureRecord(
+        name=d.name,
+        experiment=d.experiment,
+        run_id=info.run_id,
+        run_path=info.path,
+        notebook=info.notebook,
+        producer=f"{d.draw.__module__}:{d.draw.__name__}",
+        description=d.description,
+        files=files,
+        outputs=outputs,
+    )
+    runs.atomic_write_json(out_dir / f"{d.name}.json", record.to_dict())
+    return record
+
+
+def draw_figures(
+    campaign: str,
+    data_root: Path | str,
+    out_dir: Path | str,
+    repo_root: Path | str | None = None,
+    registry: Mapping[str, FigureDef] | None = None,
+) -> dict[str, FigureRecord | None]:
+    """Draw every registered figure whose experiment has an ok run; ``None`` marks a figure left out (absent)."""
+    registry = FIGURES if registry is None else registry
+    repo = Path(repo_root) if repo_root is not None else None
+    latest = find_runs(Path(data_root), campaign, [d.experiment for d in registry.values()])
+    hashes = HashCache()
+    out: dict[str, FigureRecord | None] = {}
+    for name, d in sorted(registry.items()):
+        run_dir = latest.get(d.experiment)
+        out[name] = None if run_dir is None else draw_one(d, run_dir, Path(out_dir), repo, hashes)
+    return out
+
+
+def _abs(path: str, repo_root: Path | None) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or repo_root is None else Path(repo_root) / p
+
+
+def verify_figure(sidecar: Path, repo_root: Path | None = None) -> FigureRecord:
+    """Re-check a drawn figure: its sidecar exists, its images are the ones drawn, its data still match the manifest."""
+    sidecar = Path(sidecar)
+    name = sidecar.stem
+    owner = f"figure {name}"
+    if not sidecar.is_file():
+        raise ClaimError(f"{owner}: no sidecar {sidecar}; figures must be drawn by offload_lab.figures from data")
+    d = json.loads(sidecar.read_text(encoding="utf-8"))
+    record = FigureRecord(
+        name=d["name"],
+        experiment=d["experiment"],
+        run_id=d["run_id"],
+        run_path=d["run_path"],
+        notebook=d.get("notebook"),
+        producer=d["producer"],
+        description=d.get("description", ""),
+        files=[SourceFile(**f) for f in d["files"]],
+        outputs=dict(d.get("outputs") or {}),
+    )
+    for image, want in record.outputs.items():
+        p = sidecar.parent / image
+        if not p.is_file() or runs.sha256_file(p) != want:
+            raise ClaimError(f"{owner}: {p} is missing or is not the image its sidecar records; redraw it")
+    run_dir = _abs(record.run_path, repo_root)
+    recorded = runs.load_manifest(run_dir).get("files") or {} if run_dir.is_dir() else {}
+    for f in record.files:
+        p = _abs(f.path, repo_root)
+        if not p.is_file():
+            raise ClaimError(f"{owner}: {f.path} is missing (the figure was drawn from it)")
+        if Path(f.path).name == runs.MANIFEST:
+            continue
+        actual = runs.sha256_file(p)
+        if actual != f.sha256:
+            raise ClaimError(f"{owner}: {f.path} changed since the figure was drawn (sha256 {actual[:12]}…)")
+        rel = p.resolve().relative_to(run_dir.resolve()).as_posix()
+        if (recorded.get(rel) or {}).get("sha256") != actual:
+            raise ClaimError(f"{owner}: {f.path} does not match the manifest of run {record.run_id}")
+    return record
+
+
+def draw_run_figures(run_dir: Path | str, experiment: str, out_dir: Path | str | None = None,
+                     registry: Mapping[str, FigureDef] | None = None) -> list[Path]:
+    """Draw an experiment's figures from one run while it is still being written (the notebook's own figures).
+
+    Same drawing code as the paper's, so the notebook and the paper cannot disagree; no sidecar and no manifest check,
+    because the run's manifest is finished (and these images hashed into it) only after the notebook ends.
+    """
+    registry = FIGURES if registry is None else registry
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = runs.load_manifest(run_dir)
+    written = []
+    for name, d in sorted(registry.items()):
+        if d.experiment != experiment:
+            continue
+        outputs = _render(d, Sources(f"figure {name}", run_dir, manifest, d.files), out)
+        written += [out / image for image in outputs]
+    return written

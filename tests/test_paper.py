@@ -1,0 +1,295 @@
+"""The paper builds from fixture data to a real PDF and HTML, and its checks fail where they should."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from pypdf import PdfReader
+
+from offload_lab import paper
+from offload_lab.errors import AuditError, ClaimError, InputError
+from paper_fixtures import REPO_ROOT, copy_paper_sources, make_campaign
+
+WARNING = "tiny mixture-of-experts model with random weights"
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_campaign(tmp_path_factory.mktemp("paper-data"))
+
+
+@pytest.fixture(scope="module")
+def built(data: Path, tmp_path_factory: pytest.TempPathFactory) -> paper.BuildResult:
+    return paper.build_paper("embedded", data, tmp_path_factory.mktemp("paper-out"), REPO_ROOT, use_quarto=False)
+
+
+@pytest.fixture(scope="module")
+def pdf_pages(built: paper.BuildResult) -> list[str]:
+    return [_flat(p.extract_text() or "") for p in PdfReader(str(built.pdf)).pages]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A copy of the paper's sources that a test may edit."""
+    return copy_paper_sources(tmp_path / "repo")
+
+
+def _edit_qmd(repo: Path, old: str, new: str) -> tuple[Path, int]:
+    qmd = repo / "paper" / "paper.qmd"
+    text = qmd.read_text()
+    assert old in text
+    text = text.replace(old, new, 1)
+    qmd.write_text(text)
+    return qmd, text[: text.index(new)].count("\n") + 1  # the line where the edit starts
+
+
+# The build ----------------------------------------------------------------------------------------------------------
+
+
+def test_the_build_writes_a_real_pdf_and_html(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+    assert built.renderer == "pandoc+typst"
+    assert built.pdf.read_bytes()[:5] == b"%PDF-"
+    assert len(pdf_pages) >= 2
+    html = built.html.read_text()
+    assert "<html" in html and "Reading long contexts" in html
+    assert "{{<" not in html and "?claim" not in html
+    assert built.seconds < 30
+    assert set(built.outputs()) >= {"pdf", "html", "claims"}
+
+
+def test_the_pdf_holds_every_claim_it_uses(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+    claims = json.loads(built.claims_json.read_text())["claims"]
+    used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", (REPO_ROOT / "paper" / "paper.qmd").read_text()))
+    assert {"context.tpot_median_ms.shortest", "context.tpot_ratio", "model.layers"} <= used
+    body = " ".join(pdf_pages)
+    for name in used:
+        assert claims[name]["text"] in body, name
+    assert f"Median TPOT rises from {claims['context.tpot_median_ms.shortest']['text']} ms" in body
+
+
+def test_the_first_page_says_it_is_a_tiny_random_model_on_a_cpu(pdf_pages: list[str]) -> None:
+    first = pdf_pages[0]
+    assert WARNING in first and "CPU" in first
+    assert "say nothing about how any real model behaves" in first
+    for real in ("DeepSeek", "Qwen", "Mixtral", "H200"):
+        assert real not in " ".join(pdf_pages)
+
+
+def test_figures_are_numbered_and_cross_referenced(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+    body = " ".join(pdf_pages)
+    assert "(Figure 1)" in body and "(Figure 2)" in body and "Figure 1:" in body
+    html = built.html.read_text()
+    assert 'href="#fig-context-tpot"' in html and "Figure 1:" in html
+
+
+def test_html_claims_link_to_their_data_file(built: paper.BuildResult) -> None:
+    html = built.html.read_text()
+    m = re.search(r'<a href="([^"]+)" class="claim" data-claim="context.tokens.longest"\s+title="([^"]+)"', html)
+    assert m, "claim link missing"
+    assert m.group(1).endswith("summary.csv") and "sha256 " in m.group(2)
+    assert (built.html.parent / m.group(1)).resolve().is_file()
+
+
+def test_the_provenance_appendix_lists_every_claim(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+    claims = json.loads(built.claims_json.read_text())["claims"]
+    appendix = " ".join(pdf_pages)[" ".join(pdf_pages).index("Provenance") :]
+    for name, c in claims.items():
+        assert name in appendix
+        assert c["files"][0]["sha256"][:12] in appendix
+
+
+def test_the_figures_and_claims_json_are_written(built: paper.BuildResult) -> None:
+    gen = built.pdf.parent / paper.GENERATED
+    for name in ("context_tpot", "context_ttft"):
+        assert (gen / "figures" / f"{name}.svg").is_file() and (gen / "figures" / f"{name}.json").is_file()
+    d = json.loads(built.claims_json.read_text())
+    assert d["runs"]["context"]["run_id"] == "20260101T001000Z-c00001"
+
+
+def test_the_same_data_give_the_same_pdf(built: paper.BuildResult, data: Path, tmp_path: Path) -> None:
+    again = paper.build_paper("embedded", data, tmp_path / "again", REPO_ROOT, formats=("pdf",), use_quarto=False)
+    assert again.pdf.read_bytes() == built.pdf.read_bytes()
+
+
+def test_the_repository_checkout_is_not_touched(built: paper.BuildResult) -> None:
+    # The fallback writes generated files next to its output, never into paper/_generated of the checkout.
+    assert not str(built.claims_json).startswith(str(REPO_ROOT / "paper"))
+
+
+# Campaigns that lack an experiment ----------------------------------------------------------------------------------
+
+
+def test_a_missing_experiment_leaves_its_section_out_with_a_note(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", experiments=("boots",))
+    res = paper.build_paper("embedded", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
+    text = _flat(" ".join(p.extract_text() for p in PdfReader(str(res.pdf)).pages))
+    assert "Reading long contexts Left out: this campaign has no finished run of the context experiment" in text
+    assert "Figure 1" not in text and WARNING in text
+
+
+def test_a_real_campaign_has_no_embedded_warning(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", campaign="lab")
+    res = paper.build_paper("lab", data, tmp_path / "out", REPO_ROOT, formats=("html",), use_quarto=False)
+    html = res.html.read_text()
+    assert WARNING not in html and "Reading long contexts" in html
+
+
+# What fails the build -----------------------------------------------------------------------------------------------
+
+
+def test_a_bare_number_in_the_prose_fails_naming_it(repo: Path, data: Path, tmp_path: Path) -> None:
+    qmd, line = _edit_qmd(repo, "**Decode.** Median TPOT", "**Decode.** Across 37 runs, median TPOT")
+    with pytest.raises(AuditError) as e:
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+    assert "'37'" in str(e.value) and f"paper.qmd:{line}" in str(e.value)
+
+
+def test_an_unknown_claim_fails_naming_it_and_its_line(repo: Path, data: Path, tmp_path: Path) -> None:
+    qmd, line = _edit_qmd(repo, "Median TPOT {{< claim context.tpot_trend >}}",
+                          "Median TPOT {{< claim context.tpot_trend >}} {{< claim context.tpot_typo >}}")
+    with pytest.raises(ClaimError) as e:
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+    assert "context.tpot_typo" in str(e.value) and f"paper.qmd:{line}" in str(e.value)
+
+
+def test_an_absent_claim_used_outside_its_section_fails(repo: Path, tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", experiments=("boots",))
+    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nAt {{< claim context.tpot_ratio >}}.\n")
+    with pytest.raises(ClaimError, match=r"claim context\.tpot_ratio is used but absent"):
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+
+
+def test_a_changed_data_file_fails_the_build_naming_it(repo: Path, tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data")
+    p = next((data / "embedded" / "context").glob("*c00001/summary.csv"))
+    p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n", 1))
+    with pytest.raises(ClaimError, match=r"summary\.csv was changed"):
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+
+
+def test_a_cross_reference_to_no_figure_fails(repo: Path, data: Path, tmp_path: Path) -> None:
+    _edit_qmd(repo, "(@fig-context-ttft)", "(@fig-nothing)")
+    with pytest.raises(AuditError, match="@fig-nothing"):
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+
+
+# The audit on its own -----------------------------------------------------------------------------------------------
+
+
+def test_the_source_lint_skips_what_is_not_prose(tmp_path: Path) -> None:
+    qmd = tmp_path / "x.qmd"
+    qmd.write_text(
+        "---\ntitle: Paper 2\nmargin: 3cm\n---\n\n"
+        "Text with {{< claim a.b >}} and `code 42` and [a literal 99]{.nocheck} and @fig-a1.\n"
+        "![cap](_generated/figures/f1.svg){#fig-f1 width=85%}\n"
+        "<!-- a note with 7 in it -->\n"
+        "```\nprint(123)\n```\n"
+        "1. first item, sha256 and p95 and H200\n"
+        "::: {.requires experiments=\"ctx2\"}\n:::\n"
+        "See <https://example.org/2024/x> [@kwon2023vllm].\n"
+    )
+    assert paper.lint_source([qmd]) == []
+    qmd.write_text("---\ntitle: x\n---\nWe saw 12 things and a 95th percentile, 10x faster.\n")
+    assert [f.number for f in paper.lint_source([qmd])] == ["12", "95", "10"]
+    assert paper.lint_source([qmd])[0].where.endswith("x.qmd:4")
+
+
+def test_the_checked_in_paper_passes_the_source_lint() -> None:
+    assert paper.lint_source(paper.paper_sources(REPO_ROOT)) == []
+
+
+def test_the_rendered_audit_catches_an_unbacked_number(built: paper.BuildResult, tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text(built.html.read_text().replace("Reading long contexts</h2>", "Reading long contexts</h2><p>We ran 4242 times.</p>"))
+    with pytest.raises(AuditError) as e:
+        paper.audit(built.claims_json, html=page, qmd=[REPO_ROOT / "paper" / "paper.qmd"], lint=False)
+    assert "'4242'" in str(e.value) and "page.html line" in str(e.value)
+
+
+def test_the_rendered_audit_catches_leftover_markers(built: paper.BuildResult, tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text(built.html.read_text().replace("Limits</h2>", "Limits</h2><p>See ?@fig-x and {{&lt; claim a.b &gt;}}.</p>"))
+    with pytest.raises(AuditError) as e:
+        paper.audit(built.claims_json, html=page, qmd=[REPO_ROOT / "paper" / "paper.qmd"], lint=False)
+    assert "'?@'" in str(e.value) and "'{{<'" in str(e.value)
+
+
+def test_the_rendered_audit_passes_the_built_paper(built: paper.BuildResult) -> None:
+    report = paper.audit(built.claims_json, pdf=built.pdf, html=built.html, qmd=paper.paper_sources(REPO_ROOT))
+    assert len(report.checked) == 3 and report.findings == []
+
+
+# The Quarto extension's Lua, run under pandoc --------------------------------------------------------------------
+
+_HARNESS = r"""
+local ext, claims, fmt = arg[1], arg[2], arg[3]
+quarto = {
+  utils = { resolve_path = function(p) return ext .. "/" .. p end },
+  doc = { is_format = function(f) return f == fmt end, input_file = "/nonexistent/paper.qmd" },
+  log = { warning = function(m) end },
+}
+local sc = dofile(ext .. "/claim.lua")
+local meta = { ["offload-lab"] = { claims = pandoc.MetaString(claims) } }
+local out = {}
+for _, name in ipairs({ "context.tokens.longest", "context.nope" }) do
+  table.insert(out, sc.claim({ name }, {}, meta))
+  table.insert(out, pandoc.Space())
+end
+io.write(pandoc.write(pandoc.Pandoc({ pandoc.Plain(out) }), fmt))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["html", "typst"])
+def test_the_quarto_shortcode_prints_claims_and_marks_unknown_ones(
+    built: paper.BuildResult, tmp_path: Path, fmt: str
+) -> None:
+    import pypandoc
+
+    harness = tmp_path / "harness.lua"
+    harness.write_text(_HARNESS)
+    ext = REPO_ROOT / "_extensions" / "claim"
+    out = subprocess.run(
+        [pypandoc.get_pandoc_path(), "lua", str(harness), str(ext), str(built.claims_json), fmt],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    text = json.loads(built.claims_json.read_text())["claims"]["context.tokens.longest"]["text"]
+    assert text in out and "?claim:context.nope" in out
+    if fmt == "html":
+        assert 'class="claim"' in out and "summary.csv" in out and "sha256" in out
+
+
+def test_a_number_that_slips_past_the_lint_is_caught_in_the_pdf(repo: Path, data: Path, tmp_path: Path) -> None:
+    # Included files are not linted (the provenance table is one); the rendered audit still sees their numbers.
+    (repo / "paper" / "snippet.md").write_text("We ran 5150 extra requests.\n")
+    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n{{< include snippet.md >}}\n")
+    with pytest.raises(AuditError) as e:
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+    assert "'5150'" in str(e.value) and "paper.pdf page" in str(e.value) and "paper.html line" in str(e.value)
+
+
+def test_audit_without_arguments_reads_quartos_output(
+    built: paper.BuildResult, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the post-render hook `offload-lab paper audit` does inside a Quarto project.
+    (repo / "paper" / paper.GENERATED).mkdir(parents=True)
+    (repo / "paper" / paper.GENERATED / "claims.json").write_bytes(built.claims_json.read_bytes())
+    (repo / "_manuscript").mkdir()
+    (repo / "_manuscript" / "index.html").write_bytes(built.html.read_bytes())
+    (repo / "_manuscript" / "paper.pdf").write_bytes(built.pdf.read_bytes())
+    monkeypatch.setenv("QUARTO_PROJECT_DIR", str(repo))
+    report = paper.audit()
+    assert any(c.endswith("paper.pdf") for c in report.checked) and any(c.endswith("index.html") for c in report.checked)
+
+
+def test_an_executable_cell_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
+    _, line = _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n```{python}\nx = 1\n```\n")
+    with pytest.raises(InputError, match=rf"paper.qmd:{line + 2}: executable code cells"):
+        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
