@@ -1,0 +1,173 @@
+"""Experiments ``concurrency`` and ``agent_turns``: output tokens per second per stream as streams are added.
+
+For each stream count of a sweep, the regime's prompts are built and its caches primed (untimed), then N closed-loop
+streams run (:mod:`offload_lab.closed_loop`). The study's bar is a median of 40 output tokens/s per stream (25 ms per
+token); aggregate throughput does not count. A level *holds the bar* when its median per-stream rate is at or above
+it; the sweep reports the largest stream count up to which every level held, the p5 at each count, and the
+provisioning count: the largest N up to which every level's median clears the bar with a margin (the study used
+10%: a median of at least 44 tokens/s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from . import closed_loop, load, runs, stats, workloads
+from .errors import ProducerError
+
+EVENTS = "events.jsonl"
+LEVELS = "levels.csv"
+SWEEP = "sweep.json"
+
+
+class SweepStopped(ProducerError):
+    """The stop rule ended the sweep; what was measured is kept and the run is marked stopped."""
+
+
+class SweepParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: workloads.WorkloadSpec
+    streams: list[int] = Field(min_length=1, description="stream counts, in the order they run")
+    requests_per_stream: int = Field(4, ge=1, description="requests (turns) each stream sends at a level")
+    bar_tok_s: float = Field(40.0, gt=0, description="the bar: median output tokens/s per stream")
+    margin: float = Field(0.10, ge=0, lt=1, description="provisioning margin over the bar")
+    stop_rule: closed_loop.StopRule = Field(default_factory=closed_loop.StopRule)
+    scrape_interval_s: float = Field(1.0, gt=0, description="seconds between /metrics scrapes")
+
+    @field_validator("streams")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if any(n < 1 for n in v):
+            raise ValueError("every stream count must be at least 1")
+        return v
+
+
+def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | None = None,
+              progress: Any = print) -> dict[str, Any]:
+    """Run every level into ``events.jsonl``; write ``levels.csv`` and ``sweep.json``. Raises :class:`SweepStopped`
+    (after writing) when the stop rule ended it."""
+    load.check_reachable(base_url)
+    model = model or load.first_model(base_url)
+    run.update(server_model=model)
+    stop = closed_loop.StopState(params.stop_rule)
+    with run.events(EVENTS) as log:
+        for n in params.streams:
+            work = workloads.prepare(params.workload, base_url, model, n, params.requests_per_stream,
+                                     salt=f"{run.run_id}/{n}")
+            for p in work.primed:
+                log.append({"kind": "prime", "level": n, **p})
+            result = load.run_sync(closed_loop.run_level(base_url, work, stop, log, params.scrape_interval_s))
+            log.append(level_event(result))
+            if progress:
+                progress(f"{params.workload.regime}: {n} stream(s) done in {result.seconds:.1f} s")
+            if result.stopped:
+                break
+    events = runs.read_events(run.file(EVENTS))
+    levels = summarize(events, params.bar_tok_s)
+    run.write_table(LEVELS, levels)
+    verdict = sweep_verdict(levels, params.bar_tok_s, params.margin)
+    verdict.update(regime=params.workload.regime, stopped=stop.reason, requests=stop.requests, errors=stop.errors)
+    run.write_json(SWEEP, verdict)
+    if stop.reason:
+        raise SweepStopped(f"the stop rule ended the sweep at {levels['streams'].iloc[-1] if len(levels) else '?'} "
+                           f"stream(s): {stop.reason}; what was measured is kept in {run.path}")
+    return verdict
+
+
+def level_event(result: closed_loop.LevelResult) -> dict[str, Any]:
+    return {
+        "kind": "level", "level": result.streams, "window_ns": list(result.window_ns) if result.window_ns else None,
+        "achieved_concurrency": closed_loop.achieved_concurrency(result.inflight, result.window_ns),
+        "stopped": result.stopped, "seconds": result.seconds, **result.lag,
+        **{f"server_{k}" if not k.startswith("server_") else k: v for k, v in result.server.items()},
+    }
+
+
+def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataFrame:
+    """One row per level, recomputed from the raw events."""
+    rows = []
+    for lv in (e for e in events if e.get("kind") == "level"):
+        n = lv["level"]
+        reqs = [e for e in events if e.get("kind") == "request" and e.get("level") == n]
+        window = lv.get("window_ns")
+        inside = [e for e in reqs if window and e.get("t_first_token_ns") and e["t_first_token_ns"] >= window[0]
+                  and (e.get("t_last_token_ns") or 0) <= window[1]]
+        good = [e for e in inside if e.get("ok")]
+        tok = stats.summarize([e["tok_s"] for e in good])
+        tpot = stats.summarize([e["tpot_ms"] for e in good])
+        ttft = stats.summarize([e["ttft_s"] for e in good])
+        itl = stats.summarize([x for e in good for x in _itl_ms(e)])
+        verdicts = [e.get("cache_ok") for e in inside if e.get("cache_ok") is not None]
+        tpot_median = tpot["median"]
+        rows.append({
+            "streams": n, "requests": len(reqs), "in_window": len(inside), "ok_in_window": len(good),
+            "errors": sum(1 for e in reqs if not e.get("ok")),
+            "achieved_concurrency": lv.get("achieved_concurrency"),
+            "tok_s_median": tok["median"], "tok_s_p5": tok["p5"], "tok_s_p95": tok["p95"], "tok_s_p99": tok["p99"],
+            "tpot_median_ms": tpot_median, "tpot_p5_ms": tpot["p5"], "tpot_p95_ms": tpot["p95"],
+            "ttft_median_s": ttft["median"], "ttft_p95_s": ttft["p95"], "ttft_p99_s": ttft["p99"],
+            "itl_median_ms": itl["median"], "itl_p99_ms": itl["p99"] if itl["p99"] is not None else itl["max"],
+            "holds_bar": bool(tok["median"] is not None and tok["median"] >= bar_tok_s),
+            "cache_checked": len(verdicts), "cache_misses": sum(1 for v in verdicts if v is False),
+            "bursts": sum(1 for e in inside if e.get("burst")),
+            "lag_ms_p99": lv.get("lag_ms_p99"),
+            "client_lag_flag": bool(tpot_median and lv.get("lag_ms_p99") is not None
+                                    and lv["lag_ms_p99"] > closed_loop.LAG_FLAG_FRACTION * tpot_median),
+            "kv_cache_usage_max": lv.get("server_kv_cache_usage_max"),
+            "prefix_cache_hit_rate": lv.get("server_prefix_cache_hit_rate"),
+            "requests_waiting_max": lv.get("server_requests_waiting_max"),
+            "spec_decode_acceptance": lv.get("server_spec_decode_acceptance"),
+            "stopped": lv.get("stopped"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _itl_ms(event: dict[str, Any]) -> list[float]:
+    t = event.get("token_times_ns") or []
+    return [(b - a) / 1e6 for a, b in zip(t, t[1:])]
+
+
+def sweep_verdict(levels: pd.DataFrame, bar_tok_s: float, margin: float) -> dict[str, Any]:
+    """How many streams held the bar, the provisioning count with the margin, and the p5 at each count."""
+    ordered = levels.sort_values("streams")
+    held = provision = 0
+    for _, row in ordered.iterrows():
+        med = row["tok_s_median"]
+        if med is None or (isinstance(med, float) and np.isnan(med)) or med < bar_tok_s:
+            break
+        held = int(row["streams"])
+    for _, row in ordered.iterrows():
+        med = row["tok_s_median"]
+        if med is None or (isinstance(med, float) and np.isnan(med)) or med < bar_tok_s * (1 + margin):
+            break
+        provision = int(row["streams"])
+    lost = [int(r["streams"]) for _, r in ordered.iterrows() if not r["holds_bar"]]
+    return {
+        "bar_tok_s": bar_tok_s, "margin": margin,
+        "held_bar_up_to_streams": held,
+        "first_level_below_bar": lost[0] if lost else None,
+        "provisioning_streams": provision,
+        "p5_by_streams": {int(r["streams"]): _num(r["tok_s_p5"]) for _, r in ordered.iterrows()},
+        "median_by_streams": {int(r["streams"]): _num(r["tok_s_median"]) for _, r in ordered.iterrows()},
+    }
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
+
+
+def summarize_run(run_dir: Path) -> pd.DataFrame:
+    m = runs.load_manifest(run_dir)
+    bar = float((m.get("parameters") or {}).get("bar_tok_s", 40.0))
+    return summarize(runs.read_events(Path(run_dir) / EVENTS), bar)
+
+
+def load_verdict(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / SWEEP).read_text())

@@ -1,0 +1,159 @@
+"""The server's own view of a run: vLLM's Prometheus ``/metrics``, scraped before, during and after.
+
+Counter and gauge names differ between vLLM versions (``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``,
+prefix-cache counters gained ``_total``), so names are matched by pattern at run time and the raw samples are kept.
+What a run reports from them: the highest KV-cache usage, prefix-cache hits against queries, the most requests
+running and waiting, and speculative-decoding acceptance when the server drafts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+# Which quantity each pattern finds; the first name that matches in a scrape wins.
+PATTERNS: dict[str, str] = {
+    "kv_cache_usage": r"^vllm:(kv_cache_usage_perc|gpu_cache_usage_perc|cpu_cache_usage_perc)$",
+    "prefix_cache_hits": r"^vllm:(gpu_)?prefix_cache_hits(_total)?$",
+    "prefix_cache_queries": r"^vllm:(gpu_)?prefix_cache_queries(_total)?$",
+    "requests_running": r"^vllm:num_requests_running$",
+    "requests_waiting": r"^vllm:num_requests_waiting$",
+    "spec_decode_accepted": r"^vllm:spec_decode_num_accepted_tokens(_total)?$",
+    "spec_decode_drafted": r"^vllm:spec_decode_num_draft_tokens(_total)?$",
+    "prompt_tokens": r"^vllm:prompt_tokens(_total)?$",
+    "generation_tokens": r"^vllm:generation_tokens(_total)?$",
+    "preemptions": r"^vllm:num_preemptions(_total)?$",
+}
+# Histograms whose sums and counts let a run be compared with the server's own timing.
+HISTOGRAMS: dict[str, str] = {
+    "ttft": r"^vllm:time_to_first_token_seconds$",
+    "itl": r"^vllm:(inter_token_latency_seconds|time_per_output_token_seconds)$",
+    "tpot": r"^vllm:request_time_per_output_token_seconds$",
+    "e2e": r"^vllm:e2e_request_latency_seconds$",
+}
+
+
+def parse(text: str) -> dict[str, float]:
+    """Flatten a Prometheus text exposition into {sample name with labels: value}, summed over label sets that
+    differ only by the model name (one server, one model)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")}
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}" if labels else "")
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def pick(samples: dict[str, float]) -> dict[str, float | None]:
+    """The named quantities of :data:`PATTERNS` from one scrape (None where the server has no such metric)."""
+    out: dict[str, float | None] = {}
+    for name, pattern in PATTERNS.items():
+        rx = re.compile(pattern)
+        out[name] = next((v for k, v in samples.items() if rx.match(k)), None)
+    for name, pattern in HISTOGRAMS.items():
+        rx = re.compile(pattern.rstrip("$"))
+        for suffix in ("_sum", "_count"):
+            key = next((k for k in samples if rx.match(k) and k.endswith(suffix) and "{" not in k), None)
+            out[f"{name}{suffix}"] = samples[key] if key else None
+    return out
+
+
+@dataclass
+class Scraper:
+    """Scrape ``/metrics`` every ``interval_s`` while a run goes on; keeps every sample it took."""
+
+    base_url: str
+    interval_s: float = 1.0
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    _task: asyncio.Task | None = None
+    _stop: asyncio.Event | None = None
+
+    async def scrape(self, client: httpx.AsyncClient, phase: str) -> dict[str, Any] | None:
+        try:
+            r = await client.get(self.base_url.rstrip("/") + "/metrics")
+            r.raise_for_status()
+        except httpx.HTTPError:
+            return None
+        sample = {"phase": phase, "t_ns": time.monotonic_ns(), **pick(parse(r.text))}
+        self.samples.append(sample)
+        return sample
+
+    async def _loop(self, client: httpx.AsyncClient) -> None:
+        assert self._stop is not None
+        while not self._stop.is_set():
+            await self.scrape(client, "during")
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def start(self, client: httpx.AsyncClient) -> None:
+        await self.scrape(client, "before")
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._loop(client))
+
+    async def stop(self, client: httpx.AsyncClient) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._task is not None:
+            await self._task
+        await self.scrape(client, "after")
+
+
+def _delta(samples: list[dict[str, Any]], key: str) -> float | None:
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return values[-1] - values[0] if len(values) >= 2 else None
+
+
+def _max(samples: list[dict[str, Any]], key: str) -> float | None:
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return max(values) if values else None
+
+
+def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the server saw over a run: maxima of gauges, differences of counters and histogram means."""
+    hits, queries = _delta(samples, "prefix_cache_hits"), _delta(samples, "prefix_cache_queries")
+    accepted, drafted = _delta(samples, "spec_decode_accepted"), _delta(samples, "spec_decode_drafted")
+    out: dict[str, Any] = {
+        "scrapes": len(samples),
+        "kv_cache_usage_max": _max(samples, "kv_cache_usage"),
+        "requests_running_max": _max(samples, "requests_running"),
+        "requests_waiting_max": _max(samples, "requests_waiting"),
+        "prefix_cache_hits": hits,
+        "prefix_cache_queries": queries,
+        "prefix_cache_hit_rate": (hits / queries) if hits is not None and queries else None,
+        "spec_decode_acceptance": (accepted / drafted) if accepted is not None and drafted else None,
+        "generation_tokens": _delta(samples, "generation_tokens"),
+        "preemptions": _delta(samples, "preemptions"),
+    }
+    for name in HISTOGRAMS:
+        total, count = _delta(samples, f"{name}_sum"), _delta(samples, f"{name}_count")
+        out[f"server_{name}_mean_s"] = (total / count) if total is not None and count else None
+        out[f"server_{name}_count"] = count
+    return out
+
+
+def cache_config(base_url: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """The labels of vLLM's ``cache_config_info`` gauge (block size, number of KV blocks...); {} if absent."""
+    try:
+        text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s).text
+    except httpx.HTTPError:
+        return {}
+    for family in text_string_to_metric_families(text):
+        if family.name.endswith("cache_config_info"):
+            for s in family.samples:
+                return dict(s.labels)
+    return {}
+
+
+def block_size(base_url: str, default: int = 16) -> int:
+    """The server's KV block size: prefix-cache hits come in whole blocks (128 on vLLM's CPU backend)."""
+    value = cache_config(base_url).get("block_size")
+    return int(value) if value and value.isdigit() else default
