@@ -9,6 +9,12 @@ LAB_PY := $(LAB)/bin/python
 CAMPAIGN ?= embedded
 DATA ?= data
 MODEL_DIR := models/tiny-qwen3-moe
+# GSM8K and IFEval are read from a dataset directory (sha256-checked), never committed. Beside a checkout that has
+# ../shared/datasets (this project's CI), use it; elsewhere set OFFLOAD_LAB_DATASETS or let the quality runner
+# download the pinned files.
+ifneq ($(wildcard ../shared/datasets),)
+export OFFLOAD_LAB_DATASETS ?= $(abspath ../shared/datasets)
+endif
 
 .PHONY: run test lab-env server-env envs model campaign paper paper-reference clean help
 
@@ -51,6 +57,10 @@ campaign: envs model  ## run the embedded campaign's notebooks against a freshly
 
 paper: lab-env  ## build the paper (PDF and HTML) from the campaign's data
 	$(LAB)/bin/offload-lab paper build --campaign $(CAMPAIGN) --data-dir $(DATA)
+
+paper-reference: lab-env  ## run the reference campaign (published figures, no server) and build its paper
+	$(LAB)/bin/offload-lab campaign run configs/campaigns/reference.yaml --data-dir $(DATA)
+	$(LAB)/bin/offload-lab paper build --campaign reference --data-dir $(DATA)
 
 clean:  ## remove environments, the built model and rendered output (data/ is never removed)
 	rm -rf $(VENVS) models _output

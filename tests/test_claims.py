@@ -36,7 +36,9 @@ def _summary(data: Path, run_id: str = "20260101T001000Z-c00001") -> Path:
 
 def test_claims_resolve_to_the_fixture_values(resolved: cl.ClaimSet) -> None:
     c = resolved.claims
-    assert all(x.status == "ok" for x in c.values())
+    # The fixture campaign has boots and context runs; other sections' claims are absent, never invented.
+    assert all(x.status == "ok" for x in c.values() if x.experiment in ("boots", "context"))
+    assert all(x.status == "absent" for x in c.values() if x.experiment not in ("boots", "context"))
     assert c["context.tokens.shortest"].value == CONTEXT_LENGTHS[0]
     assert c["context.tokens.longest"].text == f"{CONTEXT_LENGTHS[-1]:,}"
     assert c["context.lengths"].value == len(CONTEXT_LENGTHS)
@@ -102,7 +104,7 @@ def test_editing_boot_json_names_it(fresh: Path) -> None:
 def test_an_experiment_without_an_ok_run_is_absent_not_invented(tmp_path: Path) -> None:
     data = make_campaign(tmp_path, experiments=("boots",))
     got = cl.resolve_claims("embedded", data, REPO_ROOT)
-    assert got.absent == ["context"]
+    assert "context" in got.absent and "boots" not in got.absent
     c = got.claims["context.tpot_ratio"]
     assert c.status == "absent" and c.value is None and c.text is None and "context" in (c.reason or "")
     assert got.claims["model.layers"].status == "ok"

@@ -71,7 +71,8 @@ def test_the_pdf_holds_every_claim_it_uses(built: paper.BuildResult, pdf_pages: 
     assert {"context.tpot_median_ms.shortest", "context.tpot_ratio", "model.layers"} <= used
     body = " ".join(pdf_pages)
     for name in used:
-        assert claims[name]["text"] in body, name
+        if claims[name]["status"] == "ok":  # claims of sections the fixture campaign lacks are left out
+            assert claims[name]["text"] in body, name
     assert f"Median TPOT rises from {claims['context.tpot_median_ms.shortest']['text']} ms" in body
 
 
@@ -102,6 +103,8 @@ def test_the_provenance_appendix_lists_every_claim(built: paper.BuildResult, pdf
     claims = json.loads(built.claims_json.read_text())["claims"]
     appendix = " ".join(pdf_pages)[" ".join(pdf_pages).index("Provenance") :]
     for name, c in claims.items():
+        if c["status"] != "ok":
+            continue
         assert name in appendix
         assert c["files"][0]["sha256"][:12] in appendix
 
@@ -224,7 +227,7 @@ def test_the_rendered_audit_catches_leftover_markers(built: paper.BuildResult, t
 
 def test_the_rendered_audit_passes_the_built_paper(built: paper.BuildResult) -> None:
     report = paper.audit(built.claims_json, pdf=built.pdf, html=built.html, qmd=paper.paper_sources(REPO_ROOT))
-    assert len(report.checked) == 3 and report.findings == []
+    assert len(report.checked) == len(paper.paper_sources(REPO_ROOT)) + 2 and report.findings == []
 
 
 # The Quarto extension's Lua, run under pandoc --------------------------------------------------------------------

@@ -2,6 +2,12 @@
 --   ::: {.requires experiments="context boots"}   kept when every experiment named has an ok run; otherwise only its
 --                                                 first heading stays, followed by a visible note
 --   ::: {.only-campaign kind="embedded"}          kept only for that kind of campaign (or campaign="NAME")
+--   ::: {.choose}                                 holds .requires blocks; the first whose experiments all have a run
+--                                                 is kept, the others dropped; when none has, the first one leaves
+--                                                 its heading and note (a measured variant, then a published one)
+--   ::: {.when claim="NAME" equals="TEXT"}        kept when the claim resolved and printed exactly TEXT
+--                                                 (not="TEXT": printed anything else; neither: resolved at all), so
+--                                                 that prose which depends on a result is chosen by the data
 -- Quarto documents quarto.utils.resolve_path for files next to an extension's script; plain pandoc has
 -- PANDOC_SCRIPT_FILE.
 local function beside(file)
@@ -22,11 +28,16 @@ local function note(text)
   return pandoc.Div({ pandoc.Para({ pandoc.Emph(pandoc.Inlines(text)) }) }, pandoc.Attr("", { "section-absent" }))
 end
 
-local function requires(div)
+local function missing_of(div)
   local missing = {}
   for _, exp in ipairs(words(div.attributes["experiments"])) do
     if not (state.runs and state.runs[exp]) then table.insert(missing, exp) end
   end
+  return missing
+end
+
+local function requires(div)
+  local missing = missing_of(div)
   if #missing == 0 then return div.content end
   local kept = pandoc.Blocks({})
   if div.content[1] and div.content[1].t == "Header" then kept:insert(div.content[1]) end
@@ -42,15 +53,51 @@ local function only_campaign(div)
   return div.content
 end
 
+local function when(div)
+  local name = div.attributes["claim"] or ""
+  local c = state.claims and state.claims[name]
+  if not c then return pandoc.Para({ cf.marker(name, "claim-unknown") }) end
+  local text = c.status == "ok" and c.text or nil
+  local keep
+  if text == nil then
+    keep = false
+  elseif div.attributes["equals"] then
+    keep = text == div.attributes["equals"]
+  elseif div.attributes["not"] then
+    keep = text ~= div.attributes["not"]
+  else
+    keep = true
+  end
+  if keep then return div.content end
+  return {}
+end
+
+-- First pass: pick one variant of each .choose (inner ones first), leaving it a .requires block for the second.
+local function Choose(div)
+  if not div.classes:includes("choose") then return nil end
+  if not state then return pandoc.Para({ cf.marker("sections", "claim-unknown") }) end
+  local first = nil
+  for _, b in ipairs(div.content) do
+    if b.t == "Div" and b.classes:includes("requires") then
+      first = first or b
+      if #missing_of(b) == 0 then return b end
+    end
+  end
+  return first or {}
+end
+
 local function Div(div)
-  local is_req, is_only = div.classes:includes("requires"), div.classes:includes("only-campaign")
-  if not (is_req or is_only) then return nil end
+  local is_req, is_only, is_when = div.classes:includes("requires"), div.classes:includes("only-campaign"),
+    div.classes:includes("when")
+  if not (is_req or is_only or is_when) then return nil end
   if not state then return pandoc.Para({ cf.marker("sections", "claim-unknown") }) end
   if is_req then return requires(div) end
+  if is_when then return when(div) end
   return only_campaign(div)
 end
 
 return {
   { Meta = function(meta) state = cf.load(meta) end },
+  { Div = Choose },
   { Div = Div },
 }

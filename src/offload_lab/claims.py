@@ -11,6 +11,15 @@ complete by construction. Any failure raises :class:`~offload_lab.errors.ClaimEr
 
 A claim whose experiment has no ``ok`` run in the campaign is *absent*: it is reported as such in ``claims.json`` and
 never given a made-up value; the paper leaves out the section that needs it, with a visible note.
+
+Three extensions keep that shape:
+
+* a cited file may name another experiment, ``"concurrency:regimes.csv"``: it is read from that experiment's latest
+  ok run, checked against that run's manifest, and the claim is absent unless every experiment it names has one;
+* ``scope="all"`` reads the cited files of *every* finished run of the experiment (ok, failed or stopped; never one
+  still marked running), for facts about the runs themselves, such as how many boots failed and how;
+* ``kind="table"``: the value is a table (:func:`table_value`), printed as a pipe table in place of a shortcode
+  that stands alone on its line; every cell with a number is traced like any other claim.
 """
 
 from __future__ import annotations
@@ -53,8 +62,10 @@ class RunInfo:
     experiment: str
     run_id: str
     path: str
-    notebook: str | None
+    notebook: str | None  # the notebook the campaign ran (the template)
     ended_at: str | None
+    notebook_output: str | None = None  # the executed notebook that wrote the data, kept in the run directory
+    outcome: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,13 @@ class ClaimDef:
     fmt: Formatter
     unit: str
     description: str
+    scope: str = "latest"  # "latest": the latest ok run of each experiment named; "all": every finished run
+    kind: str = "inline"  # "inline": a value in the text; "table": a table printed in place of its shortcode
+
+    @property
+    def experiments(self) -> tuple[str, ...]:
+        """The experiment this claim belongs to, then every other experiment its files name."""
+        return experiments_of(self.experiment, self.files)
 
     def format(self, value: Any) -> str:
         if callable(self.fmt):
@@ -86,6 +104,9 @@ class ResolvedClaim:
     notebook: str | None = None
     files: list[SourceFile] = field(default_factory=list)
     reason: str | None = None  # why a claim is absent
+    notebook_output: str | None = None
+    kind: str = "inline"
+    runs: int = 1  # runs read (more than one for scope "all")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -162,14 +183,29 @@ def claim(
     unit: str = "",
     description: str | None = None,
     registry: dict[str, ClaimDef] | None = None,
+    scope: str = "latest",
+    kind: str = "inline",
 ) -> Callable[[Callable[["Sources"], Any]], Callable[["Sources"], Any]]:
-    """Register a claim. The description defaults to the first line of the function's docstring."""
+    """Register a claim. The description defaults to the first line of the function's docstring.
+
+    ``scope="all"``: the function gets a :class:`RunSet` of every finished run of ``experiment`` instead of one run's
+    :class:`Sources`. ``kind="table"``: the function returns :func:`table_value`; the format defaults to
+    :func:`fmt_table`.
+    """
     target = REGISTRY if registry is None else registry
     if not _CLAIM_NAME_RE.match(name):
         raise ValueError(f"claim name {name!r} must be dotted lowercase, e.g. 'context.tpot_median_ms.shortest'")
     files = tuple(files)
     if not files:
         raise ValueError(f"claim {name} cites no file; every claim is computed from named data files")
+    if scope not in ("latest", "all"):
+        raise ValueError(f"claim {name}: scope must be 'latest' or 'all', not {scope!r}")
+    if scope == "all" and experiments_of(experiment, files) != (experiment,):
+        raise ValueError(f"claim {name}: a claim over all runs reads one experiment's files only")
+    if kind not in ("inline", "table"):
+        raise ValueError(f"claim {name}: kind must be 'inline' or 'table', not {kind!r}")
+    if kind == "table" and fmt == "{}":
+        fmt = fmt_table
 
     def deco(fn: Callable[["Sources"], Any]) -> Callable[["Sources"], Any]:
         if name in target:
@@ -183,6 +219,8 @@ def claim(
             fmt=fmt,
             unit=unit,
             description=description or (doc_lines[0] if doc_lines else name),
+            scope=scope,
+            kind=kind,
         )
         return fn
 
@@ -194,19 +232,62 @@ def claim(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class Sources:
-    """The files of one run that one claim (or figure) cites; reading any other file is an error."""
+def split_cited(name: str, experiment: str) -> tuple[str, str]:
+    """``"concurrency:regimes.csv"`` → (``concurrency``, ``regimes.csv``); a plain name belongs to ``experiment``."""
+    if ":" in name:
+        exp, _, rel = name.partition(":")
+        return exp, rel
+    return experiment, name
 
-    def __init__(self, owner: str, run_dir: Path, manifest: dict[str, Any], files: Iterable[str]):
+
+def experiments_of(experiment: str, files: Iterable[str]) -> tuple[str, ...]:
+    out = [experiment]
+    for f in files:
+        exp, _ = split_cited(f, experiment)
+        if exp not in out:
+            out.append(exp)
+    return tuple(out)
+
+
+class Sources:
+    """The files that one claim (or figure) cites, in one run per experiment; reading any other file is an error.
+
+    ``run_dir`` and ``manifest`` are the run of the claim's own experiment; ``others`` maps each other experiment
+    its files name (``"concurrency:regimes.csv"``) to that experiment's (run directory, manifest).
+    """
+
+    def __init__(self, owner: str, run_dir: Path, manifest: dict[str, Any], files: Iterable[str],
+                 others: Mapping[str, tuple[Path, dict[str, Any]]] | None = None):
         self.owner = owner
         self.run_dir = Path(run_dir)
         self._manifest = manifest
         self.files = tuple(files)
+        self._others = dict(others or {})
+        self.experiment = manifest.get("experiment")
+
+    @property
+    def run_id(self) -> str:
+        return str(self._manifest.get("run_id", self.run_dir.name))
+
+    @property
+    def outcome(self) -> str | None:
+        return self._manifest.get("outcome")
 
     def path(self, name: str) -> Path:
         if name not in self.files:
             raise ClaimError(f"{self.owner} reads {name} but does not cite it; add it to its files")
+        if ":" in name:
+            exp, rel = split_cited(name, "")
+            if exp != self.experiment:
+                if exp not in self._others:
+                    raise ClaimError(f"{self.owner} reads {name} but has no run of {exp}")
+                return Path(self._others[exp][0]) / rel
+            return self.run_dir / rel
         return self.run_dir / name
+
+    def has(self, name: str) -> bool:
+        """Whether a cited file exists in its run (for files a run writes only sometimes)."""
+        return self.path(name).is_file()
 
     def text(self, name: str) -> str:
         return self.path(name).read_text(encoding="utf-8")
@@ -230,6 +311,31 @@ class Sources:
     @property
     def parameters(self) -> dict[str, Any]:
         return self.manifest.get("parameters") or {}
+
+    def manifest_of(self, experiment: str) -> dict[str, Any]:
+        """The manifest of another experiment's run, when the claim cites ``experiment:manifest.json``."""
+        if experiment == self.experiment:
+            return self.manifest
+        self.path(f"{experiment}:{runs.MANIFEST}")
+        return self._others[experiment][1]
+
+    def parameters_of(self, experiment: str) -> dict[str, Any]:
+        return self.manifest_of(experiment).get("parameters") or {}
+
+
+class RunSet:
+    """Every finished run of one experiment (oldest first) that a claim with ``scope="all"`` reads."""
+
+    def __init__(self, owner: str, experiment: str, runs_: list[Sources]):
+        self.owner = owner
+        self.experiment = experiment
+        self.runs = runs_
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
 
 
 def display_path(path: Path, repo_root: Path | None) -> str:
@@ -271,6 +377,7 @@ def verify_cited(
     run_id = manifest.get("run_id", Path(run_dir).name)
     out = []
     for name in files:
+        name = split_cited(name, "")[1]
         p = Path(run_dir) / name
         shown = display_path(p, repo_root)
         if name == runs.MANIFEST:
@@ -320,12 +427,16 @@ def run_info(run_dir: Path, repo_root: Path | None) -> RunInfo:
     notebook = m.get("notebook")
     if isinstance(notebook, dict):  # a producer may record {"path": ..., "sha256": ...}
         notebook = notebook.get("path") or notebook.get("output")
+    output = m.get("notebook", {}).get("output") if isinstance(m.get("notebook"), dict) else None
+    out_path = Path(run_dir) / (output or "notebook.ipynb")
     return RunInfo(
         experiment=m.get("experiment", Path(run_dir).parent.name),
         run_id=m.get("run_id", Path(run_dir).name),
         path=display_path(run_dir, repo_root),
         notebook=str(notebook) if notebook else None,
         ended_at=m.get("ended_at"),
+        notebook_output=display_path(out_path, repo_root) if out_path.is_file() else None,
+        outcome=m.get("outcome"),
     )
 
 
@@ -348,26 +459,93 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def finished_runs(data_root: Path, campaign: str, experiment: str) -> list[Path]:
+    """Every run of an experiment that has ended (ok, failed or stopped), oldest first."""
+    return [r for r in runs.iter_runs(data_root, campaign, experiment)
+            if runs.load_manifest(r).get("outcome") not in (None, "running")]
+
+
+@dataclass
+class Bound:
+    """What a claim or figure reads, checked: the sources to compute from, the files with their sha256, the run."""
+
+    sources: Any  # Sources, or RunSet for scope "all"
+    files: list[SourceFile]
+    info: RunInfo
+    runs: int = 1
+
+
+def bind(
+    owner: str,
+    experiment: str,
+    files: tuple[str, ...],
+    latest: Mapping[str, Path | None],
+    repo_root: Path | None,
+    hashes: HashCache | None = None,
+    scope: str = "latest",
+    data_root: Path | None = None,
+    campaign: str | None = None,
+) -> Bound | str:
+    """Check every cited file against its run's manifest and open them; a str says why the owner is absent."""
+    hashes = hashes or HashCache()
+    if scope == "all":
+        assert data_root is not None and campaign is not None
+        found = finished_runs(data_root, campaign, experiment)
+        if not found:
+            return f"campaign {campaign} has no finished run of {experiment}"
+        members, cited = [], []
+        for run_dir in found:
+            manifest = runs.load_manifest(run_dir)
+            cited += verify_cited(owner, run_dir, manifest, files, repo_root, hashes)
+            members.append(Sources(owner, run_dir, manifest, files))
+        return Bound(RunSet(owner, experiment, members), cited, run_info(found[-1], repo_root), len(found))
+    needed = experiments_of(experiment, files)
+    missing = [e for e in needed if latest.get(e) is None]
+    if missing:
+        return f"campaign {campaign or ''} has no run of {' and '.join(missing)} with outcome ok".replace("  ", " ")
+    by_exp: dict[str, list[str]] = {}
+    for name in files:
+        by_exp.setdefault(split_cited(name, experiment)[0], []).append(name)
+    cited: list[SourceFile] = []
+    opened: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for exp in needed:
+        run_dir = Path(latest[exp])  # type: ignore[arg-type]
+        manifest = runs.load_manifest(run_dir)
+        opened[exp] = (run_dir, manifest)
+        cited += verify_cited(owner, run_dir, manifest, by_exp.get(exp, []), repo_root, hashes)
+    run_dir, manifest = opened[experiment]
+    others = {e: v for e, v in opened.items() if e != experiment}
+    return Bound(Sources(owner, run_dir, manifest, files, others), cited, run_info(run_dir, repo_root))
+
+
 def resolve_one(
-    d: ClaimDef, run_dir: Path, repo_root: Path | None, hashes: HashCache | None = None
+    d: ClaimDef, run_dir: Path | None, repo_root: Path | None, hashes: HashCache | None = None,
+    latest: Mapping[str, Path | None] | None = None, data_root: Path | None = None, campaign: str | None = None,
 ) -> ResolvedClaim:
-    manifest = runs.load_manifest(run_dir)
     owner = f"claim {d.name}"
-    files = verify_cited(owner, run_dir, manifest, d.files, repo_root, hashes)
-    cited = ", ".join(f.path for f in files)
+    latest = dict(latest or {})
+    if run_dir is not None:
+        latest[d.experiment] = Path(run_dir)
+    bound = bind(owner, d.experiment, d.files, latest, repo_root, hashes, d.scope, data_root, campaign)
+    if isinstance(bound, str):
+        return ResolvedClaim(name=d.name, status="absent", experiment=d.experiment, description=d.description,
+                             unit=d.unit, reason=bound, kind=d.kind)
+    cited = ", ".join(sorted({f.path for f in bound.files}))
     try:
-        value = _plain(d.compute(Sources(owner, run_dir, manifest, d.files)))
+        value = _plain(d.compute(bound.sources))
     except ClaimError:
         raise
     except Exception as e:  # any bug or bad data in a claim function must name the claim and its files
         raise ClaimError(f"{owner}: computing it from {cited} failed: {type(e).__name__}: {e}") from e
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         raise ClaimError(f"{owner}: {cited} gave no finite value ({value!r})")
+    if d.kind == "table" and not (isinstance(value, dict) and "columns" in value and "rows" in value):
+        raise ClaimError(f"{owner}: a table claim must return table_value(...), not {type(value).__name__}")
     try:
         text = d.format(value)
     except Exception as e:
         raise ClaimError(f"{owner}: formatting {value!r} failed: {type(e).__name__}: {e}") from e
-    info = run_info(run_dir, repo_root)
+    info = bound.info
     return ResolvedClaim(
         name=d.name,
         status="ok",
@@ -378,7 +556,10 @@ def resolve_one(
         text=text,
         run_id=info.run_id,
         notebook=info.notebook,
-        files=files,
+        files=bound.files,
+        notebook_output=info.notebook_output,
+        kind=d.kind,
+        runs=bound.runs,
     )
 
 
@@ -395,22 +576,13 @@ def resolve_claims(
     """
     registry = REGISTRY if registry is None else registry
     repo = Path(repo_root) if repo_root is not None else None
-    latest = find_runs(Path(data_root), campaign, [d.experiment for d in registry.values()] + list(extra_experiments))
+    wanted = [e for d in registry.values() for e in d.experiments] + list(extra_experiments)
+    latest = find_runs(Path(data_root), campaign, wanted)
     hashes = HashCache()
-    resolved: dict[str, ResolvedClaim] = {}
-    for name, d in sorted(registry.items()):
-        run_dir = latest.get(d.experiment)
-        if run_dir is None:
-            resolved[name] = ResolvedClaim(
-                name=name,
-                status="absent",
-                experiment=d.experiment,
-                description=d.description,
-                unit=d.unit,
-                reason=f"campaign {campaign} has no run of {d.experiment} with outcome ok",
-            )
-        else:
-            resolved[name] = resolve_one(d, run_dir, repo, hashes)
+    resolved = {
+        name: resolve_one(d, None, repo, hashes, latest, Path(data_root), campaign)
+        for name, d in sorted(registry.items())
+    }
     return ClaimSet(
         campaign=campaign,
         kind=campaign_kind(campaign, repo),
@@ -450,6 +622,39 @@ def fmt_sig(digits: int) -> Callable[[Any], str]:
 
 def fmt_ratio(value: Any) -> str:
     return f"{float(value):.2f}×"
+
+
+def table_value(columns: Iterable[str], rows: Iterable[Iterable[Any]], align: str | None = None) -> dict[str, Any]:
+    """The value of a table claim: column headings, rows of printed cells, and an alignment letter per column."""
+    columns = [str(c) for c in columns]
+    rows = [[str(c) for c in r] for r in rows]
+    align = align or "l" + "r" * (len(columns) - 1)
+    if len(align) != len(columns) or any(len(r) != len(columns) for r in rows):
+        raise ValueError(f"a table of {len(columns)} columns needs that many cells in every row and alignment letter")
+    if not rows:
+        raise ValueError("a table claim has no rows")
+    return {"columns": columns, "rows": rows, "align": align}
+
+
+def _pipe_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def fmt_table(value: Any) -> str:
+    """A pipe table, one line per row (what the paper prints in place of a table claim)."""
+    cols, rows, align = value["columns"], value["rows"], value["align"]
+    sep = "|" + "|".join((":" if a in "lc" else "-") + "---" + (":" if a in "rc" else "-") for a in align) + "|"
+    lines = ["| " + " | ".join(_pipe_cell(c) for c in cols) + " |", sep]
+    lines += ["| " + " | ".join(_pipe_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fmt_list_words(items: Iterable[str]) -> str:
+    """["a", "b", "c"] → "a, b and c"."""
+    items = [str(i) for i in items]
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -14,12 +14,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import closed_loop, load, runs, stats, workloads
-from .errors import ProducerError
+from .errors import ProducerError, ServerError
 
 EVENTS = "events.jsonl"
 LEVELS = "levels.csv"
@@ -50,17 +51,26 @@ class SweepParams(BaseModel):
 
 
 def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | None = None,
-              progress: Any = print) -> dict[str, Any]:
-    """Run every level into ``events.jsonl``; write ``levels.csv`` and ``sweep.json``. Raises :class:`SweepStopped`
-    (after writing) when the stop rule ended it."""
+              progress: Any = print, subdir: str | None = None) -> dict[str, Any]:
+    """Run every level into ``events.jsonl``; write ``levels.csv`` and ``sweep.json`` (under ``subdir`` of the run
+    when given: one per regime). Raises :class:`SweepStopped` (after writing) when the stop rule ended it."""
     load.check_reachable(base_url)
     model = model or load.first_model(base_url)
     run.update(server_model=model)
     stop = closed_loop.StopState(params.stop_rule)
-    with run.events(EVENTS) as log:
+    where = f"{subdir}/" if subdir else ""
+    if subdir:
+        run.file(subdir).mkdir(parents=True, exist_ok=True)
+    with run.events(where + EVENTS) as log:
         for n in params.streams:
-            work = workloads.prepare(params.workload, base_url, model, n, params.requests_per_stream,
-                                     salt=f"{run.run_id}/{n}")
+            try:
+                work = workloads.prepare(params.workload, base_url, model, n, params.requests_per_stream,
+                                         salt=f"{run.run_id}/{n}")
+            except (httpx.HTTPError, ServerError) as e:
+                # The server went away between levels: stop here, keep what the earlier levels measured.
+                stop.reason = f"preparing {n} stream(s) failed, the server is gone or broken ({type(e).__name__}: {e})"
+                log.append({"kind": "stop", "level": n, "reason": stop.reason})
+                break
             for p in work.primed:
                 log.append({"kind": "prime", "level": n, **p})
             result = load.run_sync(closed_loop.run_level(base_url, work, stop, log, params.scrape_interval_s))
@@ -69,12 +79,12 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
                 progress(f"{params.workload.regime}: {n} stream(s) done in {result.seconds:.1f} s")
             if result.stopped:
                 break
-    events = runs.read_events(run.file(EVENTS))
+    events = runs.read_events(run.file(where + EVENTS))
     levels = summarize(events, params.bar_tok_s)
-    run.write_table(LEVELS, levels)
+    run.write_table(where + LEVELS, levels)
     verdict = sweep_verdict(levels, params.bar_tok_s, params.margin)
     verdict.update(regime=params.workload.regime, stopped=stop.reason, requests=stop.requests, errors=stop.errors)
-    run.write_json(SWEEP, verdict)
+    run.write_json(where + SWEEP, verdict)
     if stop.reason:
         raise SweepStopped(f"the stop rule ended the sweep at {levels['streams'].iloc[-1] if len(levels) else '?'} "
                            f"stream(s): {stop.reason}; what was measured is kept in {run.path}")
@@ -171,3 +181,52 @@ def summarize_run(run_dir: Path) -> pd.DataFrame:
 
 def load_verdict(run_dir: Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / SWEEP).read_text())
+
+
+REGIMES_TABLE = "regimes.csv"
+VERDICTS = "verdicts.json"
+
+
+class RegimeSweepParams(BaseModel):
+    """The ``concurrency`` experiment: several regimes, each swept over the same stream counts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    regimes: dict[str, workloads.WorkloadSpec] = Field(min_length=1, description="name -> workload")
+    streams: list[int] = Field(min_length=1)
+    requests_per_stream: int = Field(4, ge=1)
+    bar_tok_s: float = Field(40.0, gt=0)
+    margin: float = Field(0.10, ge=0, lt=1)
+    stop_rule: closed_loop.StopRule = Field(default_factory=closed_loop.StopRule)
+    scrape_interval_s: float = Field(1.0, gt=0)
+
+    def sweep(self, name: str) -> SweepParams:
+        return SweepParams(workload=self.regimes[name], streams=self.streams,
+                           requests_per_stream=self.requests_per_stream, bar_tok_s=self.bar_tok_s,
+                           margin=self.margin, stop_rule=self.stop_rule, scrape_interval_s=self.scrape_interval_s)
+
+
+def run_regimes(run: runs.Run, base_url: str, params: RegimeSweepParams, progress: Any = print) -> pd.DataFrame:
+    """Sweep every regime into its own subdirectory; write ``regimes.csv`` (all levels, a ``regime`` column) and
+    ``verdicts.json``. A regime stopped by its rule ends the experiment after its data are written."""
+    tables, verdicts = [], {}
+    try:
+        for name in params.regimes:
+            runs.check_name("regime", name)
+            verdicts[name] = run_sweep(run, base_url, params.sweep(name), progress=progress, subdir=name)
+            tables.append(summarize_run_regime(run.path, name, params.bar_tok_s))
+    finally:
+        table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+        run.write_table(REGIMES_TABLE, table)
+        run.write_json(VERDICTS, verdicts)
+    return table
+
+
+def summarize_run_regime(run_dir: Path, regime: str, bar_tok_s: float = 40.0) -> pd.DataFrame:
+    table = summarize(runs.read_events(Path(run_dir) / regime / EVENTS), bar_tok_s)
+    table.insert(0, "regime", regime)
+    return table
+
+
+def load_verdicts(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / VERDICTS).read_text())

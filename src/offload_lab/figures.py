@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from . import runs
-from .claims import HashCache, SourceFile, Sources, context_summary, find_runs, run_info, verify_cited
+from .claims import (HashCache, SourceFile, Sources, bind, context_summary, experiments_of, find_runs,
+                     split_cited)
 from .errors import ClaimError
 
 SIDECAR_SCHEMA = 1
@@ -34,6 +35,10 @@ class FigureDef:
     description: str
     size_in: tuple[float, float] = (6.0, 2.7)
 
+    @property
+    def experiments(self) -> tuple[str, ...]:
+        return experiments_of(self.experiment, self.files)
+
 
 @dataclass
 class FigureRecord:
@@ -48,6 +53,7 @@ class FigureRecord:
     description: str
     files: list[SourceFile]
     outputs: dict[str, str] = field(default_factory=dict)  # image file name -> sha256
+    notebook_output: str | None = None  # the executed notebook that wrote the data
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -133,6 +139,41 @@ def context_ttft(src: Sources, ax: Any) -> None:
     ax.set_ylabel("TTFT (s)")
 
 
+_REGIME_COLORS = {"short": "#1b5e9e", "cold_prefill": "#7a7a7a", "shared_prefix": "#b0461b",
+                  "private_context": "#2e7d32", "agent_turns": "#6a3d9a"}
+
+
+def _streams_axis(src: Sources, ax: Any) -> None:
+    """Median output tok/s per stream against streams, one line per regime, p5 dashed, the bar drawn."""
+    t = src.csv("regimes.csv")
+    for regime, g in t.groupby("regime", sort=False):
+        g = g.sort_values("streams")
+        color = _REGIME_COLORS.get(str(regime), None)
+        ax.plot(g["streams"], g["tok_s_median"], marker="o", markersize=3.5, linewidth=1.4, color=color,
+                label=str(regime).replace("_", " "))
+        ax.plot(g["streams"], g["tok_s_p5"], linestyle=":", linewidth=1.0, color=color)
+    bar = float(src.parameters.get("bar_tok_s", 40.0))
+    ax.axhline(bar, color="black", linestyle="--", linewidth=1.0, label="bar")
+    ax.plot([], [], linestyle=":", color="grey", label="p5 (dotted)")
+    ax.set_xticks(sorted(t["streams"].unique()))
+    ax.set_xlabel("streams")
+    ax.set_ylabel("output tok/s per stream")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=5)
+
+
+@figure("concurrency_tok_s", experiment="concurrency", files=["regimes.csv", "manifest.json"], size_in=(6.0, 3.0))
+def concurrency_tok_s(src: Sources, ax: Any) -> None:
+    """Output tokens per second per stream against streams, for every regime, with the bar."""
+    _streams_axis(src, ax)
+
+
+@figure("agent_turns_tok_s", experiment="agent_turns", files=["regimes.csv", "manifest.json"])
+def agent_turns_tok_s(src: Sources, ax: Any) -> None:
+    """Agent turns: output tokens per second per stream against streams, with the bar."""
+    _streams_axis(src, ax)
+
+
 def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
     import matplotlib
 
@@ -155,20 +196,26 @@ def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
 
 
 def draw_one(
-    d: FigureDef, run_dir: Path, out_dir: Path, repo_root: Path | None, hashes: HashCache | None = None
-) -> FigureRecord:
-    manifest = runs.load_manifest(run_dir)
+    d: FigureDef, run_dir: Path | None, out_dir: Path, repo_root: Path | None, hashes: HashCache | None = None,
+    latest: Mapping[str, Path | None] | None = None,
+) -> FigureRecord | None:
+    """Draw one figure from the runs in ``latest`` (``run_dir`` for its own experiment); None when one is absent."""
     owner = f"figure {d.name}"
-    files = verify_cited(owner, run_dir, manifest, d.files, repo_root, hashes)
+    latest = dict(latest or {})
+    if run_dir is not None:
+        latest[d.experiment] = Path(run_dir)
+    bound = bind(owner, d.experiment, d.files, latest, repo_root, hashes)
+    if isinstance(bound, str):
+        return None
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        outputs = _render(d, Sources(owner, run_dir, manifest, d.files), out_dir)
+        outputs = _render(d, bound.sources, out_dir)
     except ClaimError:
         raise
     except Exception as e:
-        cited = ", ".join(f.path for f in files)
+        cited = ", ".join(f.path for f in bound.files)
         raise ClaimError(f"{owner}: drawing it from {cited} failed: {type(e).__name__}: {e}") from e
-    info = run_info(run_dir, repo_root)
+    info = bound.info
     record = FigureRecord(
         name=d.name,
         experiment=d.experiment,
@@ -177,8 +224,9 @@ def draw_one(
         notebook=info.notebook,
         producer=f"{d.draw.__module__}:{d.draw.__name__}",
         description=d.description,
-        files=files,
+        files=bound.files,
         outputs=outputs,
+        notebook_output=info.notebook_output,
     )
     runs.atomic_write_json(out_dir / f"{d.name}.json", record.to_dict())
     return record
@@ -191,16 +239,23 @@ def draw_figures(
     repo_root: Path | str | None = None,
     registry: Mapping[str, FigureDef] | None = None,
 ) -> dict[str, FigureRecord | None]:
-    """Draw every registered figure whose experiment has an ok run; ``None`` marks a figure left out (absent)."""
+    """Draw every registered figure whose experiments all have an ok run; ``None`` marks a figure left out."""
     registry = FIGURES if registry is None else registry
     repo = Path(repo_root) if repo_root is not None else None
-    latest = find_runs(Path(data_root), campaign, [d.experiment for d in registry.values()])
+    latest = find_runs(Path(data_root), campaign, [e for d in registry.values() for e in d.experiments])
     hashes = HashCache()
     out: dict[str, FigureRecord | None] = {}
     for name, d in sorted(registry.items()):
-        run_dir = latest.get(d.experiment)
-        out[name] = None if run_dir is None else draw_one(d, run_dir, Path(out_dir), repo, hashes)
+        out[name] = draw_one(d, None, Path(out_dir), repo, hashes, latest)
     return out
+
+
+def _run_dir_of(path: Path) -> Path | None:
+    """The run directory a data file lies in: the nearest directory above it holding a manifest."""
+    for d in path.parents:
+        if (d / runs.MANIFEST).is_file():
+            return d
+    return None
 
 
 def _abs(path: str, repo_root: Path | None) -> Path:
@@ -226,13 +281,12 @@ def verify_figure(sidecar: Path, repo_root: Path | None = None) -> FigureRecord:
         description=d.get("description", ""),
         files=[SourceFile(**f) for f in d["files"]],
         outputs=dict(d.get("outputs") or {}),
+        notebook_output=d.get("notebook_output"),
     )
     for image, want in record.outputs.items():
         p = sidecar.parent / image
         if not p.is_file() or runs.sha256_file(p) != want:
             raise ClaimError(f"{owner}: {p} is missing or is not the image its sidecar records; redraw it")
-    run_dir = _abs(record.run_path, repo_root)
-    recorded = runs.load_manifest(run_dir).get("files") or {} if run_dir.is_dir() else {}
     for f in record.files:
         p = _abs(f.path, repo_root)
         if not p.is_file():
@@ -242,9 +296,12 @@ def verify_figure(sidecar: Path, repo_root: Path | None = None) -> FigureRecord:
         actual = runs.sha256_file(p)
         if actual != f.sha256:
             raise ClaimError(f"{owner}: {f.path} changed since the figure was drawn (sha256 {actual[:12]}…)")
-        rel = p.resolve().relative_to(run_dir.resolve()).as_posix()
-        if (recorded.get(rel) or {}).get("sha256") != actual:
-            raise ClaimError(f"{owner}: {f.path} does not match the manifest of run {record.run_id}")
+        run_dir = _run_dir_of(p)
+        manifest = runs.load_manifest(run_dir) if run_dir is not None else {}
+        rel = p.resolve().relative_to(run_dir.resolve()).as_posix() if run_dir is not None else p.name
+        if ((manifest.get("files") or {}).get(rel) or {}).get("sha256") != actual:
+            raise ClaimError(f"{owner}: {f.path} does not match the manifest of run "
+                             f"{manifest.get('run_id', record.run_id)}")
     return record
 
 
@@ -262,8 +319,8 @@ def draw_run_figures(run_dir: Path | str, experiment: str, out_dir: Path | str |
     manifest = runs.load_manifest(run_dir)
     written = []
     for name, d in sorted(registry.items()):
-        if d.experiment != experiment:
-            continue
+        if d.experiment != experiment or d.experiments != (experiment,):
+            continue  # a figure that also reads other experiments' runs is drawn by the paper only
         outputs = _render(d, Sources(f"figure {name}", run_dir, manifest, d.files), out)
         written += [out / image for image in outputs]
     return written

@@ -46,6 +46,8 @@ class RequestRecord:
     t_end_ns: int | None = None
     token_times_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    # Send stamps that a calibrated source puts in its chunks (x_sent_ns), one per token-bearing chunk.
+    server_sent_ns: list[int] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -213,6 +215,8 @@ async def stream_request(client: httpx.AsyncClient, base_url: str, endpoint: str
                 rec.t_last_token_ns = now
                 rec.token_times_ns.append(now)
                 rec.chunk_tokens.append(added if added is not None else 1)
+                if "x_sent_ns" in chunk:
+                    rec.server_sent_ns.append(int(chunk["x_sent_ns"]))
                 pieces.append(text)
     except httpx.ConnectError as e:
         rec.error_kind, rec.error = "connect", str(e) or type(e).__name__

@@ -36,10 +36,11 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from . import paper_registry as _registry  # noqa: F401  (every section's claims and figures)
 from . import runs
 from .claims import ClaimSet, ResolvedClaim, default_data_root, display_path, resolve_claims
 from .errors import AuditError, ClaimError, InputError, OffloadLabError
-from .figures import FigureRecord, draw_figures, verify_figure
+from .figures import FigureRecord, _run_dir_of, draw_figures, verify_figure
 
 GENERATED = "_generated"
 QMD = Path("paper") / "paper.qmd"
@@ -241,7 +242,7 @@ def check_source(paths: Iterable[Path]) -> None:
 
 
 def paper_sources(repo_root: Path) -> list[Path]:
-    return sorted((Path(repo_root) / "paper").glob("*.qmd"))
+    return sorted((Path(repo_root) / "paper").rglob("*.qmd"))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -257,14 +258,37 @@ def _attr_value(text: str) -> str:
     return text.replace("\\", "/").replace('"', "'")
 
 
+def _provenance_attrs(c: ResolvedClaim, cls: str = "claim") -> str:
+    f = c.files[0]
+    nb = c.notebook_output or c.notebook or ""
+    return (f'.{cls} data-claim="{c.name}" data-file="{_attr_value(f.path)}" data-sha256="{f.sha256}" '
+            f'data-notebook="{_attr_value(nb)}"')
+
+
 def _claim_markdown(c: ResolvedClaim, where: str) -> str:
     if c.status != "ok":
         return f'[?claim:{_md_escape(c.name)}]{{.claim-absent data-claim="{c.name}" data-where="{where}"}}'
-    f = c.files[0]
-    return (
-        f'[{_md_escape(c.text or "")}]{{.claim data-claim="{c.name}" data-file="{_attr_value(f.path)}" '
-        f'data-sha256="{f.sha256}"}}'
-    )
+    return f"[{_md_escape(c.text or '')}]{{{_provenance_attrs(c)}}}"
+
+
+def _table_markdown(c: ResolvedClaim, where: str) -> str:
+    """A table claim as a pipe table whose every cell with a number is a traced claim span."""
+    if c.status != "ok":
+        return _claim_markdown(c, where)
+    value = c.value or {}
+    attrs = _provenance_attrs(c, "claim-cell")
+
+    def cell(text: str) -> str:
+        text = str(text)
+        if not NUMBER_RE.search(text):
+            return _md_escape(text).replace("|", "\\|")
+        return f"[{_md_escape(text)}]{{{attrs}}}".replace("|", "\\|")
+
+    align = value["align"]
+    sep = "|" + "|".join((":" if a in "lc" else "-") + "---" + (":" if a in "rc" else "-") for a in align) + "|"
+    lines = ["| " + " | ".join(_md_escape(h) for h in value["columns"]) + " |", sep]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in value["rows"]]
+    return "\n" + "\n".join(lines) + "\n"
 
 
 def _resolve_include(arg: str, base: Path, generated_dir: Path) -> Path:
@@ -284,6 +308,12 @@ def expand(qmd_path: Path, claims: ClaimSet, generated_dir: Path, *, _depth: int
         if re.match(r"^\s*(`{3,}|~{3,})\s*\{[A-Za-z]", line):
             # Executable cells would render here as plain code; values belong in claims, plots in figures.py.
             raise InputError(f"{where}: executable code cells are not supported; compute the value as a claim")
+        whole = SHORTCODE_RE.fullmatch(line.strip())
+        if whole and whole.group(1) == "claim":
+            args = whole.group(2).split()
+            if len(args) == 1 and args[0] in claims and claims[args[0]].kind == "table":
+                out.append(_table_markdown(claims[args[0]], where))
+                continue
 
         def sub(m: re.Match[str]) -> str:
             name, args = m.group(1), m.group(2).split()
@@ -292,6 +322,8 @@ def expand(qmd_path: Path, claims: ClaimSet, generated_dir: Path, *, _depth: int
                     raise ClaimError(f"{where}: a claim shortcode takes one name, got {args}")
                 if args[0] not in claims:
                     raise ClaimError(f"{where}: unknown claim {args[0]!r} (defined claims live in offload_lab.claims)")
+                if claims[args[0]].kind == "table":
+                    raise InputError(f"{where}: table claim {args[0]} must stand alone on its line")
                 return _claim_markdown(claims[args[0]], where)
             if name == "pagebreak":
                 return "\n```{=typst}\n#pagebreak()\n```\n"
@@ -530,25 +562,73 @@ def for_typst(ast: dict[str, Any]) -> dict[str, Any]:
     return {**ast, "blocks": _walk(ast["blocks"], fn)}
 
 
-def for_html(ast: dict[str, Any], labels: dict[str, str], out_dir: Path, repo_root: Path) -> dict[str, Any]:
+def _href(path: str, out_dir: Path, repo_root: Path) -> str:
+    target = Path(path) if Path(path).is_absolute() else Path(repo_root) / path
+    return os.path.relpath(target, out_dir)
+
+
+def _link(text: str, href: str, title: str, cls: str) -> dict[str, Any]:
+    return {"t": "Link", "c": [["", [cls], []], _inlines(text), [href, title]]}
+
+
+def _file_label(path: str, repo_root: Path) -> str:
+    """A data file as readers see it beside a figure: its experiment and its path inside the run directory."""
+    p = Path(path) if Path(path).is_absolute() else Path(repo_root) / path
+    run_dir = _run_dir_of(p)
+    if run_dir is None:
+        return p.name
+    label = f"{run_dir.parent.name}/{p.relative_to(run_dir).as_posix()}"
+    return label if not NUMBER_RE.search(label) else p.name
+
+
+def _source_inlines(record: FigureRecord, out_dir: Path, repo_root: Path) -> list[dict[str, Any]]:
+    """" Data: summary.csv. Notebook: notebook.ipynb." for a figure's caption in HTML (no digits: the audit reads it)."""
+    out: list[dict[str, Any]] = [{"t": "Space"}, {"t": "Str", "c": "Data:"}]
+    for i, f in enumerate(record.files):
+        if Path(f.path).name == runs.MANIFEST:
+            continue
+        out += [{"t": "Str", "c": ","}] if len(out) > 2 else []
+        out += [{"t": "Space"}, _link(_file_label(f.path, repo_root), _href(f.path, out_dir, repo_root),
+                                      f"{f.path} sha256 {f.sha256}", "figure-source")]
+    out.append({"t": "Str", "c": "."})
+    nb = record.notebook_output or record.notebook
+    if nb:
+        out += [{"t": "Space"}, {"t": "Str", "c": "Notebook:"}, {"t": "Space"},
+                _link(Path(nb).name, _href(nb, out_dir, repo_root), nb, "figure-notebook"), {"t": "Str", "c": "."}]
+    return [{"t": "Span", "c": [["", ["figure-provenance"], []], out]}]
+
+
+def for_html(ast: dict[str, Any], labels: dict[str, str], out_dir: Path, repo_root: Path,
+             figures: dict[str, FigureRecord | None] | None = None) -> dict[str, Any]:
+    figures = figures or {}
+
     def fn(el: dict[str, Any]) -> Any:
         a = _attr_of(el)
         if el["t"] == "Div" and a and any(c.startswith("callout-") for c in a[1]):
             return _callout(el, False)
         if el["t"] == "RawBlock" and el["c"][0] == "html" and el["c"][1].lstrip().startswith("<!--"):
             return []  # notes to the paper's authors stay in the source
-        if el["t"] == "Span" and a and "claim" in a[1]:
-            name, path, sha = a[2].get("data-claim", ""), a[2].get("data-file", ""), a[2].get("data-sha256", "")
-            target = Path(path) if Path(path).is_absolute() else Path(repo_root) / path
-            href = os.path.relpath(target, out_dir)
-            title = f"{name}: {path} sha256 {sha}"
-            return {"t": "Link", "c": [["", ["claim"], [["data-claim", name]]], el["c"][1], [href, title]]}
+        if el["t"] == "Span" and a and ("claim" in a[1] or "claim-cell" in a[1]):
+            kv = a[2]
+            name, path, sha, nb = kv.get("data-claim", ""), kv.get("data-file", ""), kv.get("data-sha256", ""), \
+                kv.get("data-notebook", "")
+            title = f"{name}: {path} sha256 {sha}" + (f"; written by {nb}" if nb else "")
+            link = {"t": "Link", "c": [["", ["claim"], [["data-claim", name]]], el["c"][1],
+                                       [_href(path, out_dir, repo_root), title]]}
+            if "claim-cell" in a[1] or not nb:
+                return link
+            # The producing notebook, a small mark after the number (its text has no digit for the audit to see).
+            mark = {"t": "Superscript", "c": [_link("nb", _href(nb, out_dir, repo_root), f"notebook {nb}", "claim-nb")]}
+            return [link, mark]
         if el["t"] == "Figure" and a and a[0] in labels:
             short, blocks = el["c"][1]
+            images = figure_images({"blocks": el["c"][2]})
+            record = figures.get(Path(images[0]).stem) if images else None
             if blocks and blocks[0]["t"] in ("Plain", "Para"):
                 first = blocks[0]
                 prefix = _inlines(labels[a[0]] + ":") + [{"t": "Space"}]
-                blocks = [{"t": first["t"], "c": prefix + first["c"]}] + blocks[1:]
+                tail = _source_inlines(record, out_dir, repo_root) if record is not None else []
+                blocks = [{"t": first["t"], "c": prefix + first["c"] + tail}] + blocks[1:]
             return {"t": "Figure", "c": [el["c"][0], [short, blocks], el["c"][2]]}
         return None
 
@@ -572,41 +652,89 @@ def _table(header: list[str], rows: list[list[str]], widths: list[int], align: s
     return "\n".join(lines) + "\n"
 
 
+_RUN_ID_RE = re.compile(r"/(\d{8}T\d{6}Z-[0-9a-f]+)/")
+
+
 def _short_file(path: str, claims: ClaimSet) -> str:
+    """``experiment/file`` for the run the paper reads of an experiment, ``experiment/run/file`` for any other."""
     for info in claims.runs.values():
         prefix = info.path.rstrip("/") + "/"
         if path.startswith(prefix):
             return f"{info.experiment}/{path[len(prefix):]}"
+    m = _RUN_ID_RE.search(path)
+    if m:
+        head = path[: m.start()]
+        return f"{Path(head).name}/{m.group(1)}/{path[m.end():]}"
     return Path(path).name
 
 
+def _printed(c: ResolvedClaim) -> str:
+    if c.kind == "table":
+        rows = len((c.value or {}).get("rows") or [])
+        return f"table, {rows} rows"
+    text = c.text or ""
+    return text if len(text) <= 26 else text[:24].rstrip() + "…"
+
+
+def _data_files(f: list[Any]) -> list[Any]:
+    return [x for x in f if Path(x.path).name != runs.MANIFEST] or list(f)
+
+
 def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None]) -> str:
+    """The appendix: runs read, every file read with its full sha256, then every claim and figure with its file."""
     run_rows = [
-        [f"`{info.experiment}`", f"`{info.run_id}`", f"`{info.notebook}`" if info.notebook else "—"]
+        [f"`{info.experiment}`", f"`{info.run_id}`", f"`{info.notebook}`" if info.notebook else "campaign runner"]
         for _, info in sorted(claims.runs.items())
     ]
-    run_rows += [[f"`{e}`", "no ok run (absent)", "—"] for e in sorted(claims.absent)]
+    files: dict[str, str] = {}
+    for c in claims.ok():
+        for f in c.files:
+            files[_short_file(f.path, claims)] = f.sha256
+    for r in figures.values():
+        for f in r.files if r is not None else []:
+            files[_short_file(f.path, claims)] = f.sha256
+    file_rows = [[f"`{k}`", f"`{v}`"] for k, v in sorted(files.items())]
     claim_rows = []
+    absent: dict[str, int] = {}
     for name, c in sorted(claims.claims.items()):
-        if c.status == "ok":
-            f = c.files[0]
-            claim_rows.append([f"`{name}`", c.text or "", c.unit, _short_file(f.path, claims), f"`{f.sha256[:12]}`"])
-        else:
-            claim_rows.append([f"`{name}`", "absent", c.unit, "—", "—"])
-    fig_rows = [
-        [f"`{name}`", ", ".join(_short_file(f.path, claims) for f in r.files), f"`{r.files[0].sha256[:12]}`"]
-        for name, r in sorted(figures.items())
-        if r is not None
-    ]
+        if c.status != "ok":
+            absent[c.experiment] = absent.get(c.experiment, 0) + 1
+            continue
+        data = _data_files(c.files)
+        source = _short_file(data[0].path, claims)
+        if c.runs > 1:
+            source = f"{Path(source).parts[0]}/…/{Path(source).name} ({c.runs} runs)"
+        elif len(data) > 1:
+            source += f" +{len(data) - 1}"
+        claim_rows.append([f"`{name}`", _md_cell(_printed(c)), c.unit, f"`{source}`", f"`{data[0].sha256[:12]}`"])
+    fig_rows = []
+    for name, r in sorted(figures.items()):
+        if r is None:
+            continue
+        data = _data_files(r.files)
+        fig_rows.append([f"`{name}`", ", ".join(f"`{_short_file(f.path, claims)}`" for f in data),
+                         f"`{data[0].sha256[:12]}`"])
     parts = [
-        "**Runs read.**\n",
+        "**Runs read.** The notebook each run was executed from; the executed copy, with its outputs, is the run "
+        "directory's `notebook.ipynb`.\n",
         _table(["Experiment", "Run", "Notebook"], run_rows, [14, 30, 30], "lll"),
-        "**Claims.**\n",
-        _table(["Claim", "Printed", "Unit", "Source", "sha256"], claim_rows, [30, 10, 9, 22, 14], "lrlll"),
+        "**Files read**, with their sha256 (each equal to the one in its run's manifest when the paper was built).\n",
+        _table(["File", "sha256"], file_rows, [30, 64], "ll"),
+        "**Claims**, each with the file it was computed from (the first, when it read several) and the start of "
+        "that file's sha256.\n",
+        _table(["Claim", "Printed", "Unit", "Source", "sha256"], claim_rows, [30, 12, 9, 26, 14], "lrlll"),
     ]
     if fig_rows:
         parts += ["**Figures.**\n", _table(["Figure", "Source", "sha256"], fig_rows, [24, 40, 16], "lll")]
+    if absent:
+        listed = ", ".join(f"`{e}`" for e in sorted(absent))
+        parts.append(f"Claims of experiments this campaign has no finished run of ({listed}) are absent: "
+                     "`claims.json` lists them with the reason, and the paper prints none of them.\n")
     return "\n".join(parts)
+
+
+def _md_cell(text: str) -> str:
+    return re.sub(r"([\\`*_\[\]<>|$@])", r"\\\1", text)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -703,7 +831,7 @@ def _render_fallback(prep: Prepared, out_dir: Path, repo_root: Path, formats: tu
         if (repo_root / CSS).is_file():
             args += ["--css", str(repo_root / CSS)]
         args += ["-o", str(page)]
-        _pandoc(args, stdin=json.dumps(for_html(ast, labels, out_dir, repo_root)), cwd=out_dir)
+        _pandoc(args, stdin=json.dumps(for_html(ast, labels, out_dir, repo_root, prep.figures)), cwd=out_dir)
         out["html"] = page
     return out
 

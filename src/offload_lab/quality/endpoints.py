@@ -1,0 +1,135 @@
+"""Endpoints: the same request, translated for each backend, with every sampling setting explicit.
+
+Backends disagree on defaults (vLLM may apply the model's ``generation_config``; the DeepSeek API defaults to
+temperature 1.0 and, in V4, thinking on) and on how to continue a partial assistant message, so each kind gets an
+adapter:
+
+- ``vllm``: ``continue_final_message: true`` with ``add_generation_prompt: false``; thinking off through
+  ``chat_template_kwargs``;
+- ``deepseek``: the beta prefix completion (``/beta/chat/completions``, ``"prefix": true`` on the last message);
+  thinking off with ``thinking: {type: disabled}``;
+- ``openai``: a plain chat completion, which has no way to continue a message: its HumanEval runs fail the
+  continuation canary, as they should.
+
+API keys are read from the environment variable the spec names, only when a request is built; stored requests carry
+the header with its value redacted.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import InputError
+
+DEFAULT_API_KEY_ENV = "OFFLOAD_LAB_REFERENCE_API_KEY"
+REDACTED = "[redacted]"
+_SECRET_HEADERS = ("authorization", "api-key", "x-api-key")
+
+
+class EndpointSpec(BaseModel):
+    """One side of a comparison: where to send requests and with which settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field("local", description="name of this side in data files (local, reference, ...)")
+    url: str = Field(description="base URL, e.g. http://127.0.0.1:8000 or https://api.deepseek.com")
+    kind: Literal["vllm", "deepseek", "openai"] = "vllm"
+    model: str | None = Field(None, description="model name; for vllm the server's first model when not given")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = Field(0, description="sampling seed sent with every request (backends may ignore it)")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"enable_thinking": False, "thinking": False},
+        description="vllm only: template variables; both spellings of thinking-off (Qwen3, DeepSeek) by default",
+    )
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields, sent as given")
+    concurrency: int = Field(4, ge=1, description="requests in flight at once")
+    retries: int = Field(3, ge=0, description="retries of a request that failed for infrastructure reasons")
+    timeout_s: float = Field(600.0, gt=0, description="seconds one request may take")
+    backoff_s: float = Field(1.0, ge=0, description="first retry delay, doubled each retry")
+
+    def record(self) -> dict[str, Any]:
+        """What a manifest keeps: everything, and only the name of the key's variable."""
+        return self.model_dump()
+
+    @property
+    def base(self) -> str:
+        return self.url.rstrip("/")
+
+    def chat_path(self, continuation: bool) -> str:
+        if self.kind == "deepseek":
+            # DeepSeek's base URL carries no /v1; prefix completion is a beta feature under /beta.
+            return "/beta/chat/completions" if continuation else "/chat/completions"
+        return "/v1/chat/completions"
+
+    def models_path(self) -> str:
+        return "/models" if self.kind == "deepseek" else "/v1/models"
+
+    def api_key(self) -> str | None:
+        name = self.api_key_env or (DEFAULT_API_KEY_ENV if self.kind == "deepseek" else None)
+        if not name:
+            return None
+        key = os.environ.get(name)
+        if not key:
+            raise InputError(f"endpoint {self.label} ({self.url}) needs an API key in the environment variable "
+                             f"{name}, which is not set; export it (keys are never passed as parameters)")
+        return key
+
+    def headers(self) -> dict[str, str]:
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def redact_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if k.lower() in _SECRET_HEADERS else v) for k, v in headers.items()}
+
+
+def chat_payload(spec: EndpointSpec, model: str, messages: list[dict[str, Any]], max_tokens: int,
+                 stop: list[str] | None = None, continuation: bool = False) -> dict[str, Any]:
+    """The request body for ``spec``'s backend; ``continuation`` continues the final (assistant) message."""
+    msgs = copy.deepcopy(messages)
+    if continuation and (not msgs or msgs[-1].get("role") != "assistant"):
+        raise ValueError("a continuation request must end with the partial assistant message")
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": msgs,
+        "max_tokens": max_tokens,
+        "temperature": spec.temperature,
+        "top_p": spec.top_p,
+        "stream": False,
+    }
+    if spec.seed is not None:
+        body["seed"] = spec.seed
+    if stop:
+        body["stop"] = list(stop)
+    if spec.kind == "vllm":
+        body["chat_template_kwargs"] = dict(spec.chat_template_kwargs)
+        # vLLM rejects both flags true; set both explicitly so a default can never decide.
+        body["continue_final_message"] = bool(continuation)
+        body["add_generation_prompt"] = not continuation
+    elif spec.kind == "deepseek":
+        body["thinking"] = {"type": "disabled"}
+        if continuation:
+            msgs[-1]["prefix"] = True
+    body.update(copy.deepcopy(spec.extra_body))
+    return body
+
+
+def message_parts(response: dict[str, Any]) -> dict[str, Any]:
+    """content, reasoning, finish_reason, usage and fingerprint of a chat completion response."""
+    choices = response.get("choices") or [{}]
+    c = choices[0] or {}
+    msg = c.get("message") or {}
+    return {
+        "content": msg.get("content"),
+        "reasoning_content": msg.get("reasoning_content") or msg.get("reasoning"),
+        "finish_reason": c.get("finish_reason"),
+        "usage": response.get("usage"),
+        "system_fingerprint": response.get("system_fingerprint"),
+        "model": response.get("model"),
+    }

@@ -1,0 +1,160 @@
+"""The reference campaign: published figures transcribed with provenance (and findable in the published summary),
+its notebooks run without a server, and every seat, pod and cost claim computed from those files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offload_lab import campaign, capacity, claims, claims_capacity, cost, published, runs
+from offload_lab.capacity import Demand
+from offload_lab.errors import InputError
+from offload_lab.study_inputs import gather
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "configs" / "published" / "study.yaml"
+REFERENCE = ROOT / "configs" / "campaigns" / "reference.yaml"
+ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "pods.team_100", "pods.team_250", "cost.break_even_seats",
+                "cost.saving_team_100", "cost.saving_team_250")
+
+
+def _source_text() -> str:
+    src = (ROOT / published.load_transcription(STUDY).source).resolve()
+    if not src.is_file():
+        pytest.skip(f"the published summary {src} is not on this machine")
+    return src.read_text(encoding="utf-8")
+
+
+def _spellings(v) -> set[str]:
+    if isinstance(v, str):
+        return {v.lower()}
+    out = {f"{v:g}", f"{v:,}", f"{100 * v:g}%"}
+    if float(v).is_integer():
+        out |= {f"{int(v):,}", str(int(v))}
+        words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+        if 0 <= v < len(words):
+            out.add(words[int(v)])
+    return out
+
+
+def test_every_transcribed_figure_is_quoted_from_the_summary_and_its_value_is_in_the_quote():
+    text = _source_text()
+    headings = [ln for ln in text.splitlines() if ln.startswith("#")]
+    t = published.load_transcription(STUDY)
+    flat = " ".join(text.split())  # the summary wraps its lines; a quote may span two
+    for f in t.figures:
+        for part in f.published.split(" | "):
+            assert part.strip() in flat, f"{f.key}: {part!r} is not in the published summary"
+        values = f.value if isinstance(f.value, list) else [f.value]
+        for v in values:
+            assert any(s in f.published.lower() for s in _spellings(v)), f"{f.key}: {v!r} not in {f.published!r}"
+        assert any(f.section.split(" (")[0] in h for h in headings), f"{f.key}: no section {f.section!r}"
+    for name, table in t.tables.items():
+        for row in table.rows:
+            assert "| " + " | ".join(f"{x:g}" for x in row) + " |" in text, (name, row)
+
+
+def test_transcription_is_checked_against_the_summary(tmp_path):
+    _source_text()
+    t = published.load_transcription(STUDY)
+    assert published.check_source(t, ROOT) is True
+    changed = t.model_copy(update={"source_sha256": "0" * 64})
+    with pytest.raises(InputError, match="has changed since it was transcribed"):
+        published.check_source(changed, ROOT)
+    assert published.check_source(t.model_copy(update={"source": str(tmp_path / "gone.md")}), ROOT) is False
+
+
+def test_bad_transcription_rejected(tmp_path):
+    data = yaml.safe_load(STUDY.read_text())
+    data["figures"].append(dict(data["figures"][0]))
+    bad = tmp_path / "t.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="more than once"):
+        published.load_transcription(bad)
+
+
+def test_transcribed_run_records_its_provenance(tmp_path):
+    run = runs.new_run(tmp_path, "reference", published.EXPERIMENT, {})
+    prov = published.transcribe(run, "configs/published/study.yaml", ROOT)
+    run.finish("ok")
+    assert prov["kind"] == "transcribed from the published summary"
+    assert set(prov["sections"]) == {"figures.json", "agent_turns.csv", "profile-published-week.json"}
+    m = runs.load_manifest(run.path)
+    assert m["provenance"]["source"].endswith("published-study.md") and "provenance.json" in m["files"]
+    pub = published.read_published(tmp_path, "reference")
+    assert pub.number("pod_eur_per_hour") > 0 and pub.table("agent_turns")["streams"].tolist()[0] == 1
+    assert runs.verify_run(run.path) == []
+
+
+def _small_campaign(tmp_path: Path) -> Path:
+    spec = yaml.safe_load(REFERENCE.read_text())
+    for e in spec["experiments"]:
+        e["notebook"] = str(ROOT / e["notebook"])
+        if e["experiment"] == "capacity":
+            e["parameters"].update(max_team=300, simulation_weeks=1, rhos=[0.0, 0.05, 0.1])
+        if e["experiment"] == "cost":
+            e["parameters"].update(max_team_plot=40)
+    f = tmp_path / "reference.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    return f
+
+
+def _section_registry() -> dict:
+    return claims_capacity.SECTION
+
+
+def _expected(data_root: Path) -> dict[str, float]:
+    """The issue's figures, computed here straight from the published run through the library."""
+    inp = gather(published.read_published(data_root, "reference"), "published-week", "published")
+    d, prices = Demand(inp.q), cost.Prices(inp.pod_eur_per_hour, inp.seat_eur_per_month)
+    pods = {n: capacity.pods_for_team(n, inp.streams_per_pod, d, 0.01) for n in (100, 250)}
+    return {
+        "seats.alpha_1pct": capacity.seats_for_streams(inp.streams_per_pod, d, 0.01),
+        "seats.alpha_5pct": capacity.seats_for_streams(inp.streams_per_pod, d, 0.05),
+        "pods.team_100": pods[100], "pods.team_250": pods[250],
+        "cost.break_even_seats": prices.break_even_seats,
+        "cost.saving_team_100": cost.team_cost(100, pods[100], prices).saving_fraction,
+        "cost.saving_team_250": cost.team_cost(250, pods[250], prices).saving_fraction,
+    }
+
+
+def test_reference_campaign_file_is_valid():
+    c = campaign.load_campaign(REFERENCE)
+    campaign.validate(c)
+    assert c.spec.stack is None and not any(e.needs_server for e in c.spec.experiments)
+
+
+@pytest.mark.slow
+def test_reference_campaign_runs_without_a_server_and_its_claims_resolve(tmp_path):
+    result = campaign.run_campaign(_small_campaign(tmp_path), data_root=tmp_path / "data", log=lambda _: None)
+    assert [p.parent.name for p in result.runs] == ["published", "capacity", "cost"]
+    for run_dir in result.runs:
+        assert runs.load_manifest(run_dir)["outcome"] == "ok" and runs.verify_run(run_dir) == []
+    provenance = runs.load_manifest(result.runs[0])["provenance"]
+    assert provenance["kind"] == "transcribed from the published summary"
+    assert provenance["sections"]["figures.json"] and provenance["source"].endswith("published-study.md")
+    cs = claims.resolve_claims("reference", tmp_path / "data", ROOT, registry=_section_registry())
+    assert not [c.name for c in cs.claims.values() if c.status != "ok"]
+    for name, want in _expected(tmp_path / "data").items():
+        assert cs[name].value == pytest.approx(want), name
+    inputs = json.loads((result.runs[1] / "inputs.json").read_text())
+    assert inputs["provenance"]["q"]["section"] == "E11 Usage profile"
+    assert inputs["values"]["streams_at_bar_from_table"] == inputs["values"]["streams_per_pod"]
+
+
+def test_committed_reference_data_verifies_and_gives_the_claims():
+    data = ROOT / "data"
+    if not (data / "reference").is_dir():
+        pytest.skip("no committed reference data")
+    for exp in ("published", "capacity", "cost"):
+        run_dir = runs.latest_run(data, "reference", exp)
+        assert run_dir is not None, exp
+        assert runs.verify_run(run_dir) == []
+    cs = claims.resolve_claims("reference", data, ROOT, registry=_section_registry())
+    for name, want in _expected(data).items():
+        assert cs[name].status == "ok" and cs[name].value == pytest.approx(want), name
+    assert re.fullmatch(r"\d+(\.\d)?%", cs["cost.saving_team_250"].text)

@@ -1,0 +1,69 @@
+"""The paper's section on seats and cost: no typed numeral, and it builds and passes the audit from the reference
+campaign's data with every number a claim."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from pypdf import PdfReader
+
+from offload_lab import claims, claims_capacity, figures, figures_capacity, paper, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = ROOT / "paper" / "sections" / "_seats-and-cost.qmd"
+ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "pods.team_100", "pods.team_250", "cost.break_even_seats",
+                "cost.saving_team_100", "cost.saving_team_250")
+
+
+def test_section_has_no_typed_numeral_and_uses_only_its_own_claims():
+    assert paper.lint_source([SECTION]) == []
+    used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", SECTION.read_text()))
+    assert used <= set(claims_capacity.SECTION), sorted(used - set(claims_capacity.SECTION))
+    assert set(ISSUE_CLAIMS) <= used
+
+
+def test_section_figures_are_the_registered_ones():
+    text = SECTION.read_text()
+    for name in figures_capacity.SECTION:
+        assert f"_generated/figures/{name}.svg" in text
+
+
+@pytest.fixture
+def section_registered(monkeypatch):
+    """The section's claims and figures in the paper's registries for one test (claims.py adds them for good)."""
+    for name, d in claims_capacity.SECTION.items():
+        monkeypatch.setitem(claims.REGISTRY, name, d)
+    for name, d in figures_capacity.SECTION.items():
+        monkeypatch.setitem(figures.FIGURES, name, d)
+
+
+def _only_this_section(tmp_path: Path) -> Path:
+    """A paper with the real front matter and only this section, so that other sections' state cannot interfere."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "paper", repo / "paper", ignore=shutil.ignore_patterns("_generated"))
+    shutil.copytree(ROOT / "_extensions", repo / "_extensions")
+    shutil.copy2(ROOT / "_quarto.yml", repo / "_quarto.yml")
+    real = (ROOT / "paper" / "paper.qmd").read_text()
+    front = real[: real.index("\n---", 3) + 4]
+    qmd = repo / "paper" / "paper.qmd"
+    qmd.write_text(front + "\n\n{{< include sections/_seats-and-cost.qmd >}}\n\n## References {.unnumbered}\n\n::: {#refs}\n"
+                   ":::\n\n## Provenance {#sec-provenance .appendix}\n\n{{< include _generated/provenance.md >}}\n")
+    return repo
+
+
+def test_section_builds_from_the_reference_data_and_passes_the_audit(tmp_path, section_registered):
+    data = ROOT / "data"
+    if runs.latest_run(data, "reference", "cost") is None:
+        pytest.skip("no reference campaign data")
+    repo = _only_this_section(tmp_path)
+    built = paper.build_paper("reference", data, out_dir=tmp_path / "out", repo_root=repo, use_quarto=False)
+    resolved = claims.ClaimSet.read(built.claims_json)
+    body = " ".join(" ".join((p.extract_text() or "").split()) for p in PdfReader(str(built.pdf)).pages)
+    for name in ISSUE_CLAIMS:
+        c = resolved[name]
+        assert c.status == "ok" and c.text in body, name
+    assert "How many developers, at what cost" in body and "transcribed with their sources" in body
+    assert {n for n, r in built.figures.items() if r is not None} >= set(figures_capacity.SECTION)
