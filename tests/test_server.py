@@ -36,7 +36,9 @@ def test_chat_role_chunk_is_not_the_first_token(embedded_server):
     payload = load.chat_payload(embedded_server.model_name, [{"role": "user", "content": "hi"}], 8)
     rec = load.run_one(embedded_server.url, "/v1/chat/completions", payload, expected_tokens=8)
     assert rec.ok, rec.error
-    assert rec.t_role_ns is not None and rec.t_role_ns < rec.t_first_token_ns
+    # The role-only chunk is recorded apart; it may share a read with the first token when the prefill is quick.
+    assert rec.t_role_ns is not None and rec.t_role_ns <= rec.t_first_token_ns
+    assert rec.text and rec.chunk_tokens[0] >= 1
     assert rec.output_tokens == 8
 
 

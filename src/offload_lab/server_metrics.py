@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -75,17 +76,19 @@ class Scraper:
     _task: asyncio.Task | None = None
     _stop: asyncio.Event | None = None
 
-    async def scrape(self, client: httpx.AsyncClient, phase: str) -> dict[str, Any] | None:
+    async def scrape(self, client: aiohttp.ClientSession, phase: str) -> dict[str, Any] | None:
         try:
-            r = await client.get(self.base_url.rstrip("/") + "/metrics")
-            r.raise_for_status()
-        except httpx.HTTPError:
+            async with client.get(self.base_url.rstrip("/") + "/metrics") as r:
+                if r.status != 200:
+                    return None
+                text = await r.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             return None
-        sample = {"phase": phase, "t_ns": time.monotonic_ns(), **pick(parse(r.text))}
+        sample = {"phase": phase, "t_ns": time.monotonic_ns(), **pick(parse(text))}
         self.samples.append(sample)
         return sample
 
-    async def _loop(self, client: httpx.AsyncClient) -> None:
+    async def _loop(self, client: aiohttp.ClientSession) -> None:
         assert self._stop is not None
         while not self._stop.is_set():
             await self.scrape(client, "during")
@@ -94,12 +97,12 @@ class Scraper:
             except asyncio.TimeoutError:
                 pass
 
-    async def start(self, client: httpx.AsyncClient) -> None:
+    async def start(self, client: aiohttp.ClientSession) -> None:
         await self.scrape(client, "before")
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(self._loop(client))
 
-    async def stop(self, client: httpx.AsyncClient) -> None:
+    async def stop(self, client: aiohttp.ClientSession) -> None:
         if self._stop is not None:
             self._stop.set()
         if self._task is not None:
