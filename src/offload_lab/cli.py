@@ -76,8 +76,19 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     only = [x for x in args.only.split(",") if x] if args.only else None
     result = campaign.run_campaign(args.file, data_root=args.data_dir, url=args.url, port=args.port, only=only)
     print(f"campaign {result.campaign}: {len(result.runs)} experiment(s) in {result.seconds:.0f} s")
+    for a in result.boot_attempts:
+        expected = "" if a["expected"] is None else f" (expected {a['expected']})"
+        print(f"  boot attempt {a['boot']}: {a['outcome']}{expected}: {a['run']}")
     for r in result.runs:
         print(f"  data and output notebook: {r}")
+    if result.session:
+        print(f"  ledger session {result.session}: `offload-lab campaign ledger {result.campaign}`")
+    if args.paper:
+        from . import paper
+
+        built = paper.build_paper(campaign=result.campaign, data_root=Path(args.data_dir))
+        for label, path in built.outputs().items():
+            print(f"  paper {label}: {path}")
     return 0
 
 
@@ -323,16 +334,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     run = runs.new_run(args.out, args.campaign, "concurrency", params.model_dump(mode="json"),
                        environment=environment.capture_environment(), server={"url": args.url})
-    log = None if args.json else print
-    try:
-        verdict = concurrency.run_sweep(run, args.url, params, progress=log)
-    except concurrency.SweepStopped as e:
-        run.finish("stopped", error=str(e))
-        raise
-    except BaseException as e:
-        run.finish("stopped" if isinstance(e, KeyboardInterrupt) else "failed", error=str(e))
-        raise
-    run.finish("ok")
+    with runs.finishing(run, stopped=(KeyboardInterrupt, concurrency.SweepStopped)):
+        verdict = concurrency.run_sweep(run, args.url, params, progress=None if args.json else print)
     levels = concurrency.summarize_run(run.path)
     if args.json:
         _print_json({"run": str(run.path), "verdict": verdict, "levels": levels.to_dict(orient="records")})
@@ -354,13 +357,9 @@ def cmd_clock_check(args: argparse.Namespace) -> int:
                        {"streams": streams, "rate_tok_s": args.rate, "ttft_ms": args.ttft_ms, "tokens": args.tokens,
                         "requests_per_stream": args.requests_per_stream},
                        environment=environment.capture_environment())
-    try:
+    with runs.finishing(run):
         summary = clock_check.run_clock_check(run, streams, args.rate, args.ttft_ms, args.tokens,
                                               args.requests_per_stream, progress=None if args.json else print)
-    except BaseException as e:
-        run.finish("failed", error=str(e))
-        raise
-    run.finish("ok")
     if args.json:
         _print_json({"run": str(run.path), "levels": summary.to_dict(orient="records")})
     else:
@@ -378,13 +377,9 @@ def cmd_compare_vllm(args: argparse.Namespace) -> int:
                        {"input_len": args.input_len, "output_len": args.output_len, "num_prompts": args.num_prompts,
                         "concurrency": args.concurrency, "rounds": args.rounds},
                        environment=environment.capture_environment(), server={"url": args.url}, stack=st.record())
-    try:
+    with runs.finishing(run):
         out = vllm_bench.compare(run, args.url, st.python, model, str(st.model_path), args.input_len,
                                  args.output_len, args.num_prompts, args.concurrency, args.rounds)
-    except BaseException as e:
-        run.finish("failed", error=str(e))
-        raise
-    run.finish("ok")
     if args.json:
         _print_json({"run": str(run.path), **out})
     else:
@@ -424,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Start the server a stack file describes, bound to 127.0.0.1, wait until "
                                     "/health and /v1/models answer, and keep it running until Ctrl-C or SIGTERM. "
                                     "Each start is a run of the 'boots' experiment: the server log and the "
-                                    "classified outcome (ready, oom_load, oom_kv_cache, exited, timeout) are kept.")
+                                    "classified outcome (ready, oom_load, oom_kv_cache, init_failure, exited, "
+                                    "timeout, died_first_request, probe_failed: a probe request is sent once "
+                                    "ready) are kept.")
     ps.add_argument("--stack", required=True, help="stack file, e.g. configs/stacks/embedded.yaml")
     ps.add_argument("--port", type=int, default=None, help="port to bind (default: a free one); an error if taken")
     ps.add_argument("--campaign", default="scratch", help="campaign the boot run is filed under (default: scratch)")
@@ -446,7 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     pcr.add_argument("--url", default=None, help="use this running server instead of starting the campaign's stack")
     pcr.add_argument("--port", type=int, default=None, help="port for the server the campaign starts")
     pcr.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
-    pcr.add_argument("--only", default=None, help="comma-separated experiment names to run (default: all)")
+    pcr.add_argument("--only", default=None,
+                     help="comma-separated experiment names to run, 'boots' for the boot attempts (default: all)")
+    pcr.add_argument("--paper", action="store_true",
+                     help="when the campaign succeeds, build the paper from its data (as `paper build --campaign`)")
     pcr.set_defaults(func=cmd_campaign_run)
     pcc = csub.add_parser("check", help="validate a campaign file and its notebooks' parameters without running",
                           description="Check that every notebook exists and declares every parameter passed.")
@@ -649,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     from . import fit_cli
 
     fit_cli.add_parsers(sub)
+    # stack install|check, boots list, campaign ledger (handlers and help texts in pod_cli.py)
+    from . import pod_cli
+
+    pod_cli.add_parsers(sub, csub)
     # bench
     pb = sub.add_parser(
         "bench", help="sweep closed-loop streams of one regime against a server; per-stream tok/s against the bar",

@@ -135,8 +135,23 @@ def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataF
             "requests_waiting_max": lv.get("server_requests_waiting_max"),
             "spec_decode_acceptance": lv.get("server_spec_decode_acceptance"),
             "stopped": lv.get("stopped"),
+            # Beside the server's own histograms over the same level (all its requests, not only the window).
+            "ttft_mean_s_all": _mean([e["ttft_s"] for e in reqs if e.get("ok")]),
+            "server_ttft_mean_s": lv.get("server_ttft_mean_s"),
+            "tpot_mean_ms_all": _mean([e["tpot_ms"] for e in reqs if e.get("ok")]),
+            "server_tpot_mean_ms": _scale(lv.get("server_tpot_mean_s"), 1e3),
+            "server_itl_mean_ms": _scale(lv.get("server_itl_mean_s"), 1e3),
         })
     return pd.DataFrame(rows)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _scale(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
 
 
 def _itl_ms(event: dict[str, Any]) -> list[float]:

@@ -8,6 +8,7 @@ append-only JSON Lines files; derived tables can always be recomputed from them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -304,3 +305,15 @@ def open_run(run_dir: Path | str | None, data_root: Path | str, campaign: str, e
     from .environment import capture_environment
 
     return new_run(data_root, campaign, experiment, parameters, environment=capture_environment()), True
+
+
+@contextlib.contextmanager
+def finishing(run: Run, stopped: tuple[type[BaseException], ...] = (KeyboardInterrupt,)) -> Iterator[Run]:
+    """Finish a run however the block ends: ``ok``, ``stopped`` for the exceptions named, ``failed`` otherwise;
+    the exception goes on. Nothing a failed run wrote is removed."""
+    try:
+        yield run
+    except BaseException as e:
+        run.finish("stopped" if isinstance(e, stopped) else "failed", error=str(e))
+        raise
+    run.finish("ok")

@@ -64,8 +64,8 @@ def compare(run: runs.Run, base_url: str, server_python: Path, model: str, token
             workload=workloads.WorkloadSpec(regime="short", prompt_tokens=input_len, output_tokens=output_len),
             streams=[concurrency_], requests_per_stream=per_stream,
         )
-        concurrency.run_sweep(ours_run, base_url, params, model=model, progress=None)
-        ours_run.finish("ok")
+        with runs.finishing(ours_run):
+            concurrency.run_sweep(ours_run, base_url, params, model=model, progress=None)
         lv = concurrency.summarize_run(ours_run.path).iloc[0]
         with tempfile.TemporaryDirectory() as tmp:
             theirs = run_vllm_bench(server_python, bench_args(base_url, model, tokenizer, input_len, output_len,
