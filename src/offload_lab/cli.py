@@ -649,10 +649,6 @@ def build_parser() -> argparse.ArgumentParser:
     from . import fit_cli
 
     fit_cli.add_parsers(sub)
-    # stack install|check, boots list, campaign ledger (handlers and help texts in pod_cli.py)
-    from . import pod_cli
-
-    pod_cli.add_parsers(sub, csub)
     # bench
     pb = sub.add_parser(
         "bench", help="sweep closed-loop streams of one regime against a server; per-stream tok/s against the bar",
