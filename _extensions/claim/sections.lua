@@ -1,13 +1,15 @@
 -- Blocks that depend on the campaign, shared by `quarto render` and offload-lab's own pandoc build:
 --   ::: {.requires experiments="context boots"}   kept when every experiment named has an ok run; otherwise only its
---                                                 first heading stays, followed by a visible note
+--                                                 first heading stays, followed by a visible note (note="none":
+--                                                 dropped silently, for a remark rather than a section)
 --   ::: {.only-campaign kind="embedded"}          kept only for that kind of campaign (or campaign="NAME")
 --   ::: {.choose}                                 holds .requires blocks; the first whose experiments all have a run
 --                                                 is kept, the others dropped; when none has, the first one leaves
 --                                                 its heading and note (a measured variant, then a published one)
 --   ::: {.when claim="NAME" equals="TEXT"}        kept when the claim resolved and printed exactly TEXT
 --                                                 (not="TEXT": printed anything else; neither: resolved at all), so
---                                                 that prose which depends on a result is chosen by the data
+--                                                 that prose which depends on a result is chosen by the data;
+--                                                 [words]{.when claim=... equals=...} does the same inline
 -- Quarto documents quarto.utils.resolve_path for files next to an extension's script; plain pandoc has
 -- PANDOC_SCRIPT_FILE.
 local function beside(file)
@@ -39,6 +41,7 @@ end
 local function requires(div)
   local missing = missing_of(div)
   if #missing == 0 then return div.content end
+  if div.attributes["note"] == "none" then return {} end  -- a remark that needs no note when it does not apply
   local kept = pandoc.Blocks({})
   if div.content[1] and div.content[1].t == "Header" then kept:insert(div.content[1]) end
   -- No campaign name or count in the note: the audit would rightly see any digit in it as an unbacked number.
@@ -53,10 +56,13 @@ local function only_campaign(div)
   return div.content
 end
 
-local function when(div)
+local function when(div)  -- a Div or a Span
   local name = div.attributes["claim"] or ""
   local c = state.claims and state.claims[name]
-  if not c then return pandoc.Para({ cf.marker(name, "claim-unknown") }) end
+  if not c then
+    local m = cf.marker(name, "claim-unknown")
+    return div.t == "Span" and m or pandoc.Para({ m })
+  end
   local text = c.status == "ok" and c.text or nil
   local keep
   if text == nil then
@@ -96,8 +102,14 @@ local function Div(div)
   return only_campaign(div)
 end
 
+local function Span(span)
+  if not span.classes:includes("when") then return nil end
+  if not state then return cf.marker("sections", "claim-unknown") end
+  return when(span)
+end
+
 return {
   { Meta = function(meta) state = cf.load(meta) end },
   { Div = Choose },
-  { Div = Div },
+  { Div = Div, Span = Span },
 }

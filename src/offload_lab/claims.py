@@ -640,10 +640,18 @@ def _pipe_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def pipe_separator(value: Mapping[str, Any]) -> str:
+    """The separator line of a table claim's pipe table. Its dashes follow the longest text in each column: pandoc
+    takes a wide pipe table's relative column widths from them."""
+    longest = [max([len(str(h)), *(len(str(r[i])) for r in value["rows"])]) for i, h in enumerate(value["columns"])]
+    return "|" + "|".join((":" if a in "lc" else "-") + "-" * max(3, n) + (":" if a in "rc" else "-")
+                          for a, n in zip(value["align"], longest)) + "|"
+
+
 def fmt_table(value: Any) -> str:
     """A pipe table, one line per row (what the paper prints in place of a table claim)."""
-    cols, rows, align = value["columns"], value["rows"], value["align"]
-    sep = "|" + "|".join((":" if a in "lc" else "-") + "---" + (":" if a in "rc" else "-") for a in align) + "|"
+    cols, rows = value["columns"], value["rows"]
+    sep = pipe_separator(value)
     lines = ["| " + " | ".join(_pipe_cell(c) for c in cols) + " |", sep]
     lines += ["| " + " | ".join(_pipe_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)

@@ -155,7 +155,7 @@ def cmd_paper_build(args: argparse.Namespace) -> int:
         campaign=args.campaign, data_root=Path(args.data_dir), out_dir=Path(args.out) if args.out else None,
         repo_root=Path(args.root) if args.root else None,
     )
-    print(f"paper for campaign {args.campaign} built in {time.monotonic() - t0:.1f} s")
+    print(f"paper for campaign {args.campaign} built in {time.monotonic() - t0:.1f} s: {result.summary()}")
     for label, path in result.outputs().items():
         print(f"  {label}: {path}")
     return 0
@@ -649,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     from . import fit_cli
 
     fit_cli.add_parsers(sub)
+    # stack install|check, boots list, campaign ledger (handlers and help texts in pod_cli.py)
+    from . import pod_cli
+
+    pod_cli.add_parsers(sub, csub)
     # bench
     pb = sub.add_parser(
         "bench", help="sweep closed-loop streams of one regime against a server; per-stream tok/s against the bar",

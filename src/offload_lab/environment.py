@@ -147,6 +147,87 @@ def gpu_info() -> dict[str, Any]:
     }
 
 
+def cross_socket_pairs(topology: dict[str, Any]) -> list[list[str]]:
+    """GPU pairs whose link is SYS (different NUMA nodes), from :func:`parse_topology`'s result."""
+    links = topology.get("links") or {}
+    gpus = [d for d in topology.get("devices") or [] if d.startswith("GPU")]
+    return [[a, b] for i, a in enumerate(gpus) for b in gpus[i + 1:] if links.get(a, {}).get(b) == "SYS"]
+
+
+VLLM_SERVER_MARK = b"vllm.entrypoints"
+
+
+def host_load() -> dict[str, Any]:
+    """How busy the machine is right now: load averages, runnable tasks, and how many vLLM API servers run on it.
+
+    Recorded at the start and end of every campaign run, because a measurement taken while something else used the
+    CPUs (another server, another test run) is not comparable with one taken on a quiet machine. Best effort.
+    """
+    out: dict[str, Any] = {"at": None, "loadavg": None, "running": None, "vllm_servers": None}
+    import datetime as dt
+
+    out["at"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        parts = Path("/proc/loadavg").read_text().split()
+        out["loadavg"] = [float(x) for x in parts[:3]]
+        out["running"] = int(parts[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    count = 0
+    try:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                raw = cmdline.read_bytes()
+            except OSError:
+                continue
+            # The API server process only (its engine and worker children carry other command lines).
+            if VLLM_SERVER_MARK in raw and b"api_server" in raw:
+                count += 1
+        out["vllm_servers"] = count
+    except OSError:
+        pass
+    return out
+
+
+class LoadSampler:
+    """Samples :func:`host_load` every ``interval_s`` on a daemon thread while a run measures (a snapshot at the
+    start and end misses a server another process starts and stops in between); :meth:`summary` condenses it."""
+
+    def __init__(self, interval_s: float = 5.0):
+        import threading
+
+        self.interval_s = interval_s
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="host-load", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            self.samples.append(host_load())
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def summary(self) -> dict[str, Any]:
+        loads = [x["loadavg"][0] for x in self.samples if x.get("loadavg")]
+        servers = [x["vllm_servers"] for x in self.samples if x.get("vllm_servers") is not None]
+        running = [x["running"] for x in self.samples if x.get("running") is not None]
+        return {
+            "interval_s": self.interval_s,
+            "samples": len(self.samples),
+            "load_1m_max": max(loads, default=None),
+            "running_max": max(running, default=None),
+            "vllm_servers_max": max(servers, default=None),
+        }
+
+
 def capture_environment(include_all_packages: bool = True) -> dict[str, Any]:
     """A snapshot of this machine for a manifest. Environment variables are not captured: they may hold secrets."""
     packages = package_versions()

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from . import runs
-from .claims import (HashCache, SourceFile, Sources, bind, context_summary, experiments_of, find_runs,
-                     split_cited)
+from .claims import HashCache, SourceFile, Sources, bind, context_summary, experiments_of, find_runs
 from .errors import ClaimError
 
 SIDECAR_SCHEMA = 1
@@ -324,3 +323,125 @@ def draw_run_figures(run_dir: Path | str, experiment: str, out_dir: Path | str |
         outputs = _render(d, Sources(f"figure {name}", run_dir, manifest, d.files), out)
         written += [out / image for image in outputs]
     return written
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Figures of the study's other sections (claims in offload_lab.claims_study)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@figure("prefill_cold_cached", experiment="context",
+        files=["summary.csv", "concurrency:regimes.csv", "concurrency:manifest.json"], size_in=(6.0, 2.9))
+def prefill_cold_cached(src: Sources, ax: Any) -> None:
+    """Time to first token against prompt length: fresh prompts (the context experiment, one request at a time) and
+    prompts whose prefix the server had cached (the concurrency regimes, one stream)."""
+    from .claims_study import cached_points
+
+    s = context_summary(src)
+    x = s["context_tokens"]
+    ax.fill_between(x, s["ttft_p5_s"], s["ttft_p95_s"], color="#b0461b", alpha=0.2, linewidth=0)
+    ax.plot(x, s["ttft_median_s"], marker="o", markersize=3.5, color="#b0461b", linewidth=1.4,
+            label="cold: a fresh prompt (median, p5–p95)")
+    cached = cached_points(src)
+    markers = {"shared_prefix": "s", "private_context": "D"}
+    for kind, g in cached.groupby("kind", sort=False):
+        ax.errorbar(g["prompt_tokens"], g["ttft_median_s"],
+                    yerr=[[0] * len(g), (g["ttft_p95_s"] - g["ttft_median_s"]).clip(lower=0)],
+                    fmt=markers.get(str(kind), "o"), markersize=5, color="#1f5f9e", capsize=2, linewidth=1.0,
+                    label=f"cached: {str(kind).replace('_', ' ')} (median, to p95)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(x))  # the cold lengths; a cached prompt sits at its own length between them
+    ax.set_xticklabels([f"{int(t):,}" for t in x])
+    ax.minorticks_off()
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("TTFT (s), log scale")
+    ax.legend(frameon=False, loc="upper left")
+
+
+@figure("audit_fit", experiment="audit", files=["fit.csv", "manifest.json"], size_in=(6.0, 2.2))
+def audit_fit(src: Sources, ax: Any) -> None:
+    """What each GPU must hold of the study-scale layout, with no plan and with each plan, against its usable
+    memory."""
+    f = src.csv("fit.csv")
+    f = f[(f["checkpoint"] == "synthetic") & (f["ep"].astype(str) == "False")].reset_index(drop=True)
+    labels = {"none": "every weight on the GPUs"}
+    names = [labels.get(p, str(p).split("+")[0] + " plan") for p in f["plan"]]
+    colors = ["#b0461b" if not bool(x) else "#1f5f9e" for x in f["fits"]]
+    y = list(range(len(f)))
+    ax.barh(y, f["per_gpu_gib"], color=colors, height=0.55, label="on each GPU")
+    ax.barh(y, f["host_gib_per_gpu"], left=f["per_gpu_gib"], color="#c9ced6", height=0.55,
+            label="in pinned host memory")
+    usable = float(f["usable_gib"].dropna().iloc[0])
+    ax.axvline(usable, color="black", linestyle="--", linewidth=1.0, label="usable per GPU")
+    reserve = float(src.parameters.get("reserve_gib", 0.0))
+    if reserve > 0:
+        ax.axvline(usable - reserve, color="black", linestyle=":", linewidth=0.9, label="usable less the reserve")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names)
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB per GPU")
+    ax.set_xlim(left=0)
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7)
+
+
+@figure("plan_traffic", experiment="audit", files=["generators.csv"], size_in=(6.0, 2.6))
+def plan_traffic(src: Sources, ax: Any) -> None:
+    """Share of routed-expert traffic served from host memory, for each plan on the tiny model, on the text it was
+    planned on, on held-out text of the same kind and on shifted text."""
+    g = src.csv("generators.csv")
+    width = 0.26
+    sets = (("calibration", "planned on", "#1f5f9e"), ("heldout", "held out", "#6f93bf"),
+            ("shifted", "shifted", "#c9ced6"))
+    for k, (name, label, color) in enumerate(sets):
+        ax.bar([i + (k - 1) * width for i in range(len(g))], 100 * g[f"host_share_{name}"], width, color=color,
+               label=label)
+    ax.set_xticks(range(len(g)))
+    ax.set_xticklabels([str(p).replace("-", " ") for p in g["plan"]], fontsize=7)
+    ax.set_ylabel("traffic from host (%)")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
+
+
+@figure("published_agent_turns", experiment="published", files=["agent_turns.csv", "figures.json"])
+def published_agent_turns(src: Sources, ax: Any) -> None:
+    """The published agent-turn sweep: output tokens/s per agent (median and p5) against agents, with the bar."""
+    t = src.csv("agent_turns.csv").sort_values("streams")
+    figs = {f["key"]: f["value"] for f in src.json("figures.json")}
+    ax.plot(t["streams"], t["median_tok_s"], marker="o", markersize=3.5, linewidth=1.4, color="#6a3d9a",
+            label="median")
+    ax.plot(t["streams"], t["p5_tok_s"], linestyle=":", linewidth=1.0, color="#6a3d9a", label="p5")
+    bar = float(figs.get("bar_tok_s_per_stream", 40))
+    ax.axhline(bar, color="black", linestyle="--", linewidth=1.0, label="bar")
+    margin = figs.get("provisioning_margin")
+    if margin is not None:
+        ax.axhline(bar * (1 + float(margin)), color="black", linestyle=":", linewidth=0.8, label="bar with margin")
+    ax.set_xticks(list(t["streams"]))
+    ax.set_xlabel("agents at once")
+    ax.set_ylabel("output tok/s per agent")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False)
+
+
+@figure("boot_spread", experiment="boot_spread", files=["per_boot.csv"], size_in=(6.0, 2.7))
+def boot_spread(src: Sources, ax: Any) -> None:
+    """Median TPOT of each boot at each context length, with that boot's p5 to p95: the spread between boots beside
+    the spread within one."""
+    per = src.csv("per_boot.csv")
+    per = per[per["metric"] == "tpot_ms"]
+    groups = sorted(per["group"].unique())
+    boots = sorted(per["boot"].unique())
+    width = 0.8 / max(len(boots), 1)
+    colors = ("#1f5f9e", "#b0461b", "#2e7d32", "#6a3d9a", "#7a7a7a")
+    for j, b in enumerate(boots):
+        sub = per[per["boot"] == b].set_index("group").reindex(groups)
+        x = [i + (j - (len(boots) - 1) / 2) * width for i in range(len(groups))]
+        ax.errorbar(x, sub["median"], yerr=[sub["median"] - sub["p5"], sub["p95"] - sub["median"]], fmt="o",
+                    markersize=3.5, capsize=2.5, linewidth=1.0, color=colors[j % len(colors)],
+                    label=f"boot {int(b) + 1}")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{int(g):,}" for g in groups])
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("TPOT (ms)")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(boots))

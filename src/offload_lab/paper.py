@@ -10,14 +10,17 @@
   PDF with the ``typst`` package and pandoc → one self-contained HTML file.
 
 What the qmd may use, so that both paths agree: YAML front matter, headings, paragraphs, lists, pipe tables, figures
-``![caption](_generated/figures/NAME.svg){#fig-x}``, cross-references ``@fig-x``, citations ``[@key]``, fenced divs
-``.requires`` / ``.only-campaign`` / ``.callout-warning``, and the shortcodes ``claim``, ``include`` and
-``pagebreak``. Anything else is refused by the fallback rather than rendered differently.
+``![caption](_generated/figures/NAME.svg){#fig-x}``, table divs ``::: {#tbl-x}`` (a table claim, then its caption),
+cross-references ``@fig-x`` and ``@tbl-x``, citations ``[@key]``, fenced divs ``.requires`` / ``.choose`` /
+``.only-campaign`` / ``.when`` (also a ``.when`` span) / ``.callout-warning`` / ``.callout-note``, and the shortcodes
+``claim``, ``include`` and ``pagebreak``. Anything else is refused by the fallback rather than rendered differently.
+docs/paper.md describes the sources, the claims, the blocks, the provenance and the audit.
 
-Not checked here, because Quarto could not be installed: that ``quarto render`` accepts ``_quarto.yml`` as written,
-that Quarto resolves ``quarto.utils.resolve_path`` and ``quarto.doc.input_file`` in the extension as documented, that
+Not checked here, because Quarto could not be installed: that ``quarto render`` accepts ``_quarto.yml`` as written, that
+Quarto resolves ``quarto.utils.resolve_path`` and ``quarto.doc.input_file`` in the extension as documented, that
 the manuscript writes ``_manuscript/index.html`` and a PDF there (:func:`_render_quarto` looks for any ``*.pdf``),
-and how Quarto numbers and styles callouts and the appendix in Typst. The Lua itself runs under pandoc in the tests.
+that a table claim alone in a ``#tbl-`` div becomes a numbered table, and how Quarto numbers and styles callouts and
+the appendix in Typst. The Lua itself runs under pandoc in the tests and in every pandoc build.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import yaml
 
 from . import paper_registry as _registry  # noqa: F401  (every section's claims and figures)
 from . import runs
-from .claims import ClaimSet, ResolvedClaim, default_data_root, display_path, resolve_claims
+from .claims import ClaimSet, ResolvedClaim, default_data_root, display_path, pipe_separator, resolve_claims
 from .errors import AuditError, ClaimError, InputError, OffloadLabError
 from .figures import FigureRecord, _run_dir_of, draw_figures, verify_figure
 
@@ -121,6 +124,17 @@ class BuildResult:
     seconds: float
     audit: AuditReport
     typ: Path | None = None
+    shown_figures: list[str] = field(default_factory=list)  # figures the paper shows, in order
+    shown_claims: list[str] = field(default_factory=list)  # claims the paper prints (each once)
+    pages: int | None = None
+
+    def summary(self) -> str:
+        """One line: pages, figures and claims of this build."""
+        d = json.loads(self.claims_json.read_text(encoding="utf-8"))
+        ok = sum(1 for c in d["claims"].values() if c["status"] == "ok")
+        pages = f"{self.pages} pages, " if self.pages is not None else ""
+        return (f"{pages}{len(self.shown_figures)} figures, {len(self.shown_claims)} claims printed "
+                f"({ok} resolved, {len(d['claims']) - ok} absent), rendered by {self.renderer}")
 
     def outputs(self) -> dict[str, Path]:
         """What a person opens, by label (for the CLI to print)."""
@@ -284,8 +298,7 @@ def _table_markdown(c: ResolvedClaim, where: str) -> str:
             return _md_escape(text).replace("|", "\\|")
         return f"[{_md_escape(text)}]{{{attrs}}}".replace("|", "\\|")
 
-    align = value["align"]
-    sep = "|" + "|".join((":" if a in "lc" else "-") + "---" + (":" if a in "rc" else "-") for a in align) + "|"
+    sep = pipe_separator(value)
     lines = ["| " + " | ".join(_md_escape(h) for h in value["columns"]) + " |", sep]
     lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in value["rows"]]
     return "\n" + "\n".join(lines) + "\n"
@@ -430,8 +443,8 @@ def _stringify(node: Any) -> str:
     def fn(el: dict[str, Any]) -> None:
         if el["t"] == "Str":
             parts.append(el["c"])
-        elif el["t"] in ("Space", "SoftBreak", "LineBreak"):
-            parts.append(" ")
+        elif el["t"] in ("Space", "SoftBreak", "LineBreak", "Para", "Plain", "Header"):
+            parts.append(" ")  # a block starts a new word too
         elif el["t"] == "Code":
             parts.append(el["c"][1])
 
@@ -442,7 +455,34 @@ def _stringify(node: Any) -> str:
 def markdown_to_ast(markdown: str, repo_root: Path) -> dict[str, Any]:
     sections = Path(repo_root) / EXTENSION / "sections.lua"
     out = _pandoc(["-f", "markdown", "-t", "json", "--lua-filter", str(sections)], stdin=markdown)
-    return json.loads(out)
+    return table_divs(json.loads(out))
+
+
+def table_divs(ast: dict[str, Any]) -> dict[str, Any]:
+    """Quarto's table cross-reference divs, ``::: {#tbl-x}`` holding a table and then its caption, as the captioned
+    table pandoc would have made of a pipe table with ``: caption {#tbl-x}``.
+
+    A table claim's table exists only once its shortcode is expanded, after Quarto has parsed the page, so the qmd
+    captions it with such a div (which Quarto numbers natively); this gives the pandoc build the same table.
+    """
+
+    def fn(el: dict[str, Any]) -> Any:
+        if el["t"] != "Div":
+            return None
+        ident, classes, kvs = el["c"][0]
+        if not ident.startswith("tbl-"):
+            return None
+        blocks = el["c"][1]
+        tables = [b for b in blocks if b["t"] == "Table"]
+        rest = [b for b in blocks if b["t"] != "Table"]
+        if len(tables) != 1 or len(rest) > 1 or (rest and rest[0]["t"] not in ("Para", "Plain")):
+            raise InputError(f"::: {{#{ident}}} must hold one table and then one paragraph, its caption")
+        table = tables[0]
+        attr = [ident, table["c"][0][1] + classes, table["c"][0][2] + kvs]
+        caption = [None, [{"t": "Plain", "c": rest[0]["c"]}]] if rest else table["c"][1]
+        return {"t": "Table", "c": [attr, caption, *table["c"][2:]]}
+
+    return {**ast, "blocks": _walk(ast["blocks"], fn)}
 
 
 def check_ast(ast: dict[str, Any], claims: ClaimSet) -> None:
@@ -542,9 +582,10 @@ def _callout(el: dict[str, Any], for_typst: bool) -> Any:
     kvs = [kv for kv in kvs if kv[0] != "title"]
     head = [{"t": "Para", "c": [{"t": "Strong", "c": _inlines(title)}]}] if title else []
     if for_typst:
+        fill, edge = ("#eef3fa", "#4a78b0") if "callout-note" in classes else ("#fdf5ea", "#c9731c")
         open_ = (
-            '#block(width: 100%, inset: (x: 10pt, y: 8pt), radius: 2pt, fill: rgb("#fdf5ea"), '
-            'stroke: (left: 3pt + rgb("#c9731c")))['
+            f'#block(width: 100%, inset: (x: 10pt, y: 8pt), radius: 2pt, fill: rgb("{fill}"), '
+            f'stroke: (left: 3pt + rgb("{edge}")))['
         )
         return [{"t": "RawBlock", "c": ["typst", open_]}, *head, *el["c"][1], {"t": "RawBlock", "c": ["typst", "]"]}]
     if head:
@@ -582,7 +623,8 @@ def _file_label(path: str, repo_root: Path) -> str:
 
 
 def _source_inlines(record: FigureRecord, out_dir: Path, repo_root: Path) -> list[dict[str, Any]]:
-    """" Data: summary.csv. Notebook: notebook.ipynb." for a figure's caption in HTML (no digits: the audit reads it)."""
+    """" Data: summary.csv. Notebook: notebook.ipynb." after a figure's caption in HTML (no digits: the audit reads
+    it)."""
     out: list[dict[str, Any]] = [{"t": "Space"}, {"t": "Str", "c": "Data:"}]
     for i, f in enumerate(record.files):
         if Path(f.path).name == runs.MANIFEST:
@@ -620,6 +662,13 @@ def for_html(ast: dict[str, Any], labels: dict[str, str], out_dir: Path, repo_ro
             # The producing notebook, a small mark after the number (its text has no digit for the audit to see).
             mark = {"t": "Superscript", "c": [_link("nb", _href(nb, out_dir, repo_root), f"notebook {nb}", "claim-nb")]}
             return [link, mark]
+        if el["t"] == "Table" and a and a[0] in labels:
+            short, blocks = el["c"][1]
+            if blocks and blocks[0]["t"] in ("Plain", "Para"):
+                first = blocks[0]
+                blocks = [{"t": first["t"], "c": _inlines(labels[a[0]] + ":") + [{"t": "Space"}] + first["c"]}]
+                blocks += el["c"][1][1][1:]
+            return {"t": "Table", "c": [el["c"][0], [short, blocks], *el["c"][2:]]}
         if el["t"] == "Figure" and a and a[0] in labels:
             short, blocks = el["c"][1]
             images = figure_images({"blocks": el["c"][2]})
@@ -673,7 +722,7 @@ def _printed(c: ResolvedClaim) -> str:
         rows = len((c.value or {}).get("rows") or [])
         return f"table, {rows} rows"
     text = c.text or ""
-    return text if len(text) <= 26 else text[:24].rstrip() + "…"
+    return text if len(text) <= 20 else text[:18].rstrip() + "…"
 
 
 def _data_files(f: list[Any]) -> list[Any]:
@@ -715,6 +764,8 @@ def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None
         fig_rows.append([f"`{name}`", ", ".join(f"`{_short_file(f.path, claims)}`" for f in data),
                          f"`{data[0].sha256[:12]}`"])
     parts = [
+        # From here to the end (the appendix is last), a table may run over pages: in the text a table stays whole.
+        "```{=typst}\n#show figure.where(kind: table): set block(breakable: true)\n```\n",
         "**Runs read.** The notebook each run was executed from; the executed copy, with its outputs, is the run "
         "directory's `notebook.ipynb`.\n",
         _table(["Experiment", "Run", "Notebook"], run_rows, [14, 30, 30], "lll"),
@@ -722,7 +773,7 @@ def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None
         _table(["File", "sha256"], file_rows, [30, 64], "ll"),
         "**Claims**, each with the file it was computed from (the first, when it read several) and the start of "
         "that file's sha256.\n",
-        _table(["Claim", "Printed", "Unit", "Source", "sha256"], claim_rows, [30, 12, 9, 26, 14], "lrlll"),
+        _table(["Claim", "Printed", "Unit", "Source", "sha256"], claim_rows, [29, 16, 12, 28, 13], "lrlll"),
     ]
     if fig_rows:
         parts += ["**Figures.**\n", _table(["Figure", "Source", "sha256"], fig_rows, [24, 40, 16], "lll")]
@@ -890,9 +941,16 @@ def build_paper(
         renderer = "pandoc+typst"
     claims_json = out / GENERATED / "claims.json"
     shutil.copy2(claims_json, out / "claims.json")
+    # The paper and every section it may include: their headings and {.nocheck} literals are what the audit allows.
+    sources = sorted({qmd_path.resolve(), *(p.resolve() for p in qmd_path.parent.rglob("*.qmd"))})
     report = audit(
-        out / "claims.json", pdf=files.get("pdf"), html=files.get("html"), qmd=[qmd_path], repo_root=repo, lint=False
+        out / "claims.json", pdf=files.get("pdf"), html=files.get("html"), qmd=sources, repo_root=repo, lint=False
     )
+    pages = None
+    if files.get("pdf"):
+        from pypdf import PdfReader
+
+        pages = len(PdfReader(str(files["pdf"])).pages)
     return BuildResult(
         pdf=files.get("pdf"),
         html=files.get("html"),
@@ -902,7 +960,23 @@ def build_paper(
         seconds=time.monotonic() - t0,
         audit=report,
         typ=files.get("typ"),
+        shown_figures=[Path(src).stem for src in figure_images(prep.ast)],
+        shown_claims=claims_in(prep.ast),
+        pages=pages,
     )
+
+
+def claims_in(ast: dict[str, Any]) -> list[str]:
+    """The claims a prepared paper prints, each once, in order of first appearance."""
+    seen: dict[str, None] = {}
+
+    def fn(el: dict[str, Any]) -> None:
+        a = _attr_of(el)
+        if el["t"] == "Span" and a and ("claim" in a[1] or "claim-cell" in a[1]):
+            seen.setdefault(a[2].get("data-claim", ""), None)
+
+    _visit(ast["blocks"], fn)
+    return list(seen)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -914,6 +988,8 @@ _ALLOWED_PATTERNS = [
     # author-date citations: "Kwon et al. 2023", "(Kwon and Li 2023a)"
     re.compile(r"[A-Z][\w'’\-]+(?:\s+et\s+al\.|\s+and\s+[A-Z][\w'’\-]+)?,?\s+\(?(?:19|20)\d{2}[a-z]?\b"),
     re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]"),  # numeric citations
+    # the same citation when the PDF's line breaks between the name and "et al.": "et al. 2023)"
+    re.compile(r"(?:^|\s)et\s+al\.,?\s+(?:19|20)\d{2}[a-z]?\)"),
 ]
 
 
