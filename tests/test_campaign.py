@@ -3,7 +3,6 @@ real server into run directories whose manifests check out."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nbformat

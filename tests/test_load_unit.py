@@ -143,7 +143,6 @@ def test_check_reachable_names_the_url():
 def test_a_server_that_dies_during_a_level_is_classified_and_stops_the_sweep(tmp_path):
     """Killed while streams are in flight: partial tokens kept, failures classified, the breaker trips."""
     import threading
-    import time
 
     proc, url = clock_check.start_source(rate_tok_s=20.0, ttft_ms=5.0)
     run = runs.new_run(tmp_path, "t", "concurrency")

@@ -9,7 +9,6 @@ per-token timing error, arrival stamp minus the source's send stamp (same monoto
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,16 +36,19 @@ def start_source(rate_tok_s: float, ttft_ms: float, cpus: list[int] | None = Non
                             preexec_fn=preexec)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServerError(f"the token source exited: {proc.stderr.read().decode(errors='replace')[-500:]}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    stack.terminate_group(proc, 5)
-    raise ServerError("the token source did not answer within 30 s")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServerError(f"the token source exited: {proc.stderr.read().decode(errors='replace')[-500:]}")
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise ServerError("the token source did not answer within 30 s")
+    except BaseException:
+        stack.terminate_group(proc, 5)
+        raise
 
 
 def _work(streams: int, requests_per_stream: int, tokens: int) -> PreparedWorkload:

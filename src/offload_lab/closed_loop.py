@@ -116,13 +116,6 @@ class LevelResult:
     stopped: str | None = None
     seconds: float = 0.0
 
-    def in_window(self) -> list[Finished]:
-        if self.window_ns is None:
-            return []
-        start, end = self.window_ns
-        return [f for f in self.finished if f.record.t_first_token_ns is not None
-                and f.record.t_first_token_ns >= start and (f.record.t_last_token_ns or 0) <= end]
-
 
 def cache_verdict(spec: RequestSpec, rec: load.RequestRecord) -> bool | None:
     """Whether the prefix cache did what the regime needs; None when the server does not report cached tokens."""
@@ -217,12 +210,19 @@ async def run_level(base_url: str, work: PreparedWorkload, stop: StopState, log:
         # pile up (seen as all streams' tokens late at once); a level is short, so collect before and not during.
         gc.collect()
         gc.disable()
+        tasks = [asyncio.create_task(stream(s)) for s in range(n)]
         try:
-            await asyncio.gather(*(stream(s) for s in range(n)))
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # One stream failed outright: stop the others before the client closes under them.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         finally:
             gc.enable()
-        await lag.stop()
-        await scraper.stop(client)
+            await lag.stop()
+            await scraper.stop(client)
     for sample in scraper.samples:
         log.append({"kind": "metrics", "level": n, **sample, **extra})
     result.window_ns = measurement_window(result.finished, n)

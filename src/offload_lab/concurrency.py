@@ -194,9 +194,6 @@ def summarize_run(run_dir: Path) -> pd.DataFrame:
     return summarize(runs.read_events(Path(run_dir) / EVENTS), bar)
 
 
-def load_verdict(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / SWEEP).read_text())
-
 
 REGIMES_TABLE = "regimes.csv"
 VERDICTS = "verdicts.json"

@@ -317,3 +317,10 @@ def finishing(run: Run, stopped: tuple[type[BaseException], ...] = (KeyboardInte
         run.finish("stopped" if isinstance(e, stopped) else "failed", error=str(e))
         raise
     run.finish("ok")
+
+
+def finishing_if_owned(run: Run, owned: bool,
+                       stopped: tuple[type[BaseException], ...] = (KeyboardInterrupt,)) -> Any:
+    """For notebooks: finish the run at the end of the block when the notebook made it (run by hand); under the
+    campaign runner, which finishes it, do nothing."""
+    return finishing(run, stopped) if owned else contextlib.nullcontext(run)

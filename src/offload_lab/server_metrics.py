@@ -52,14 +52,16 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
+_PATTERNS = {name: re.compile(p) for name, p in PATTERNS.items()}
+_HISTOGRAMS = {name: re.compile(p.rstrip("$")) for name, p in HISTOGRAMS.items()}
+
+
 def pick(samples: dict[str, float]) -> dict[str, float | None]:
     """The named quantities of :data:`PATTERNS` from one scrape (None where the server has no such metric)."""
     out: dict[str, float | None] = {}
-    for name, pattern in PATTERNS.items():
-        rx = re.compile(pattern)
+    for name, rx in _PATTERNS.items():
         out[name] = next((v for k, v in samples.items() if rx.match(k)), None)
-    for name, pattern in HISTOGRAMS.items():
-        rx = re.compile(pattern.rstrip("$"))
+    for name, rx in _HISTOGRAMS.items():
         for suffix in ("_sum", "_count"):
             key = next((k for k in samples if rx.match(k) and k.endswith(suffix) and "{" not in k), None)
             out[f"{name}{suffix}"] = samples[key] if key else None
@@ -68,25 +70,27 @@ def pick(samples: dict[str, float]) -> dict[str, float | None]:
 
 @dataclass
 class Scraper:
-    """Scrape ``/metrics`` every ``interval_s`` while a run goes on; keeps every sample it took."""
+    """Scrape ``/metrics`` every ``interval_s`` while a run goes on; keeps every sample it took.
+
+    During a run it only keeps the raw text: parsing runs on the event loop that stamps tokens, so it waits until
+    :meth:`stop`, like the streams' own parsing."""
 
     base_url: str
     interval_s: float = 1.0
     samples: list[dict[str, Any]] = field(default_factory=list)
+    _raw: list[tuple[str, int, str]] = field(default_factory=list)
     _task: asyncio.Task | None = None
     _stop: asyncio.Event | None = None
 
-    async def scrape(self, client: aiohttp.ClientSession, phase: str) -> dict[str, Any] | None:
+    async def scrape(self, client: aiohttp.ClientSession, phase: str) -> None:
         try:
             async with client.get(self.base_url.rstrip("/") + "/metrics") as r:
                 if r.status != 200:
-                    return None
+                    return
                 text = await r.text()
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            return None
-        sample = {"phase": phase, "t_ns": time.monotonic_ns(), **pick(parse(text))}
-        self.samples.append(sample)
-        return sample
+            return
+        self._raw.append((phase, time.monotonic_ns(), text))
 
     async def _loop(self, client: aiohttp.ClientSession) -> None:
         assert self._stop is not None
@@ -108,6 +112,7 @@ class Scraper:
         if self._task is not None:
             await self._task
         await self.scrape(client, "after")
+        self.samples = [{"phase": phase, "t_ns": t, **pick(parse(text))} for phase, t, text in self._raw]
 
 
 def _delta(samples: list[dict[str, Any]], key: str) -> float | None:

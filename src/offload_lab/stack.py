@@ -356,45 +356,53 @@ def boot(
         cmd, stdout=server._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         cwd=str(stack.root), start_new_session=True, preexec_fn=_affinity(stack.spec.server.cpus),
     )
-    timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
-    ready, served, timed_out = _wait_ready(server, timeout)
-    startup_s = time.monotonic() - started
-    probe, death = None, None
-    spec_probe = stack.spec.server.probe
-    if ready and spec_probe.enabled:
-        probe = boots.probe(server.url, served or server.model_name, spec_probe.prompt, spec_probe.max_tokens,
-                            spec_probe.timeout_s)
-        if not probe["ok"]:
-            death = boots.watch_death(server.url, server.alive, spec_probe.grace_s)
-    log_text = server.log_path.read_text(errors="replace")
-    outcome = classify_boot(server.process.poll(), log_text, ready, timed_out,
-                            probe_ok=None if probe is None else probe["ok"],
-                            engine_dead=bool(death and death["dead"]))
-    server.boot = {
-        "outcome": outcome,
-        "category": boots.CATEGORY[outcome],
-        "startup_s": round(startup_s, 3),
-        "url": server.url,
-        "command": cmd,
-        "returncode": server.process.poll(),
-        "pid": server.process.pid,
-        "served_model": served,
-        "probe": probe,
-        "death": death,
-        "plan": plan,
-        "evidence": boots.evidence(log_text) if outcome != "ready" else None,
-        "server_packages": environment.interpreter_packages(stack.python),
-        "model": _model_record(stack.model_path, stack.spec.model.hash_limit_bytes),
-        "install": _install_record(stack.python),
-        "log_tail": tail(log_text) if outcome != "ready" else None,
-    }
-    if boot_fields:
-        server.boot.update(boot_fields)
-        if boot_fields.get("expected") is not None:
-            server.boot["as_expected"] = outcome == boot_fields["expected"]
-    run.write_json(BOOT_NAME, server.boot)
-    if outcome != "ready":
+    # From here on the server runs in its own session, out of reach of Ctrl-C: whatever goes wrong, stop it.
+    try:
+        timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
+        ready, served, timed_out = _wait_ready(server, timeout)
+        startup_s = time.monotonic() - started
+        probe, death = None, None
+        spec_probe = stack.spec.server.probe
+        if ready and spec_probe.enabled:
+            probe = boots.probe(server.url, served or server.model_name, spec_probe.prompt, spec_probe.max_tokens,
+                                spec_probe.timeout_s)
+            if not probe["ok"]:
+                death = boots.watch_death(server.url, server.alive, spec_probe.grace_s)
+        log_text = server.log_path.read_text(errors="replace")
+        outcome = classify_boot(server.process.poll(), log_text, ready, timed_out,
+                                probe_ok=None if probe is None else probe["ok"],
+                                engine_dead=bool(death and death["dead"]))
+        server.boot = {
+            "outcome": outcome,
+            "category": boots.CATEGORY[outcome],
+            "startup_s": round(startup_s, 3),
+            "url": server.url,
+            "command": cmd,
+            "returncode": server.process.poll(),
+            "pid": server.process.pid,
+            "served_model": served,
+            "probe": probe,
+            "death": death,
+            "plan": plan,
+            "evidence": boots.evidence(log_text) if outcome != "ready" else None,
+            "server_packages": environment.interpreter_packages(stack.python),
+            "model": _model_record(stack.model_path, stack.spec.model.hash_limit_bytes),
+            "install": _install_record(stack.python),
+            "log_tail": tail(log_text) if outcome != "ready" else None,
+        }
+        if boot_fields:
+            server.boot.update(boot_fields)
+            if boot_fields.get("expected") is not None:
+                server.boot["as_expected"] = outcome == boot_fields["expected"]
+        run.write_json(BOOT_NAME, server.boot)
+        if outcome != "ready":
+            server.stop()
+    except BaseException as e:
+        if not server.boot:
+            server.boot = {"outcome": "interrupted" if isinstance(e, KeyboardInterrupt) else "error",
+                           "error": f"{type(e).__name__}: {e}", "command": cmd}
         server.stop()
+        raise
     return server
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 import numpy as np
@@ -32,7 +31,3 @@ def summarize(values: Iterable[float | None], prefix: str = "") -> dict[str, flo
         f"{prefix}max": float(finite.max()),
     })
     return out
-
-
-def is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
