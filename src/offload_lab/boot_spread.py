@@ -242,6 +242,6 @@ def plot(run_dir: Path | str, metric: str = "tpot_ms") -> Path:
     out = run_dir / "figures"
     out.mkdir(exist_ok=True)
     path = out / f"boot_spread_{metric}.png"
-    fig.savefig(path, dpi=120)
+    runs.atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
     return path

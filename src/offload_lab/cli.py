@@ -16,8 +16,7 @@ from .errors import OffloadLabError
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=str))
+from .cli_common import print_json as _print_json
 
 
 # --- model -------------------------------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
             for ext in IMAGE_FORMATS:
                 target = out_dir / f"{d.name}.{ext}"
                 meta = {"Date": None} if ext == "svg" else {"Software": None}
-                fig.savefig(target, format=ext, dpi=200, metadata=meta)
+                runs.atomic_savefig(fig, target, format=ext, dpi=200, metadata=meta)
                 outputs[target.name] = runs.sha256_file(target)
         finally:
             plt.close(fig)

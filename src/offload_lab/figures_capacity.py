@@ -99,7 +99,7 @@ def preview(run_dir: Path | str, experiment: str) -> list[Path]:
             d.draw(Sources(f"figure {name}", run_dir, manifest, d.files), ax)
             target = run_dir / "figures" / f"{name}.png"
             target.parent.mkdir(exist_ok=True)
-            fig.savefig(target, dpi=150, metadata={"Software": None})
+            runs.atomic_savefig(fig, target, dpi=150, metadata={"Software": None})
             out.append(target)
         finally:
             plt.close(fig)

@@ -5,7 +5,6 @@ only gains one line."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 from .errors import InputError
 
 
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=str))
+from .cli_common import print_json as _print_json
 
 
 def _gib(x: float | None) -> str:

@@ -135,8 +135,9 @@ async def _level(base_url: str, model: str, prefill: int, bg_ids: list[int] | No
             events.append(ev)
         stop.set()
         if tasks:
-            bg_span["end"] = time.monotonic_ns()
+            # The span ends when the last background request does: the rate counts all their tokens.
             await asyncio.gather(*tasks)
+            bg_span["end"] = time.monotonic_ns()
     for e in events:
         if e["kind"] == "background":
             e["level_start_ns"], e["level_end_ns"] = bg_span.get("start"), bg_span.get("end")

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=str))
+from .cli_common import print_json as _print_json
 
 
 # --- stack -------------------------------------------------------------------------------------------------------
