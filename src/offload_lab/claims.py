@@ -607,6 +607,11 @@ def fmt_int(value: Any) -> str:
     return f"{int(round(float(value))):,}"
 
 
+def fmt_pct(decimals: int = 0) -> Callable[[Any], str]:
+    """A fraction as a percentage: 0.071 → 7.1% with one decimal."""
+    return lambda v: f"{100 * float(v):.{decimals}f}%"
+
+
 def fmt_sig(digits: int) -> Callable[[Any], str]:
     """``digits`` significant figures without exponent: a latency can be 0.004 s on a CPU toy or 12.3 s."""
 

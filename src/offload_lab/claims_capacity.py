@@ -12,18 +12,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from .claims import ClaimDef, Sources, fmt_int, fmt_sig
+from .claims import ClaimDef, Sources, fmt_int, fmt_pct, fmt_sig
 from .claims import claim as _claim
 
 CAP = "capacity"
 COST = "cost"
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
-
-
-def fmt_pct(decimals: int) -> Callable[[Any], str]:
-    """A fraction as a percentage: 0.071 → 7.1%."""
-    return lambda v: f"{100 * float(v):.{decimals}f}%"
 
 
 def fmt_pct_sig(digits: int) -> Callable[[Any], str]:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .claims import (ClaimDef, RunSet, Sources, context_summary, fmt_int, fmt_list_words, fmt_ratio, fmt_sig,
+from .claims import (ClaimDef, RunSet, Sources, context_summary, fmt_int, fmt_list_words, fmt_pct, fmt_ratio, fmt_sig,
                      table_value)
 from .claims import claim as _claim
 
@@ -24,10 +24,6 @@ SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
 
 GiB = 2**30
-
-
-def fmt_pct(decimals: int = 0) -> Callable[[Any], str]:
-    return lambda v: f"{100 * float(v):.{decimals}f}%"
 
 
 def fmt_gib(value: Any) -> str:
