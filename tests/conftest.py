@@ -27,7 +27,7 @@ def embedded_server(server_data_root: Path):
 
     OFFLOAD_LAB_TEST_URL points the tests at a server that is already running instead (for quick iteration).
     """
-    from offload_lab import stack
+    from offload_lab.server import stack
 
     url = os.environ.get("OFFLOAD_LAB_TEST_URL")
     if url:
@@ -43,7 +43,7 @@ def embedded_server(server_data_root: Path):
 
 class _External:
     def __init__(self, url: str):
-        from offload_lab import load
+        from offload_lab.load import client as load
 
         self.url = url
         self.model_name = load.first_model(url)

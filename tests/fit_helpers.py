@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from offload_lab import rangeserver, synthetic, tinymodel
-from offload_lab.synthetic import TensorSpec
+from offload_lab.fit import rangeserver
+from offload_lab.fit import synthetic
+from offload_lab.server import tinymodel
+from offload_lab.fit.synthetic import TensorSpec
 
 
 @pytest.fixture(scope="session")

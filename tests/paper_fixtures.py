@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from offload_lab import concurrency, runs
+from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.core import runs
 
 ALL_EXPERIMENTS = ("boots", "context", "audit", "concurrency", "agent_turns", "quality", "boot_spread")
 
@@ -250,7 +251,7 @@ def write_boot_spread(data_root: Path, campaign: str = "embedded", run_id: str =
 
 def write_published(data_root: Path, campaign: str = "ref", run_id: str = "20260101T000000Z-p00001") -> Path:
     """The reference campaign's ``published`` run, transcribed from the checked-in transcription."""
-    from offload_lab import published
+    from offload_lab.experiments.published import runner as published
 
     run = runs.new_run(data_root, campaign, "published", {"transcription": "configs/published/study.yaml"},
                        run_id=run_id, notebook="notebooks/published.ipynb")

@@ -91,8 +91,8 @@ def write_quality_run(data_root: Path, campaign: str = "embedded", run_id: str =
     """
     import pandas as pd
 
-    from offload_lab import runs
-    from offload_lab.quality import experiment
+    from offload_lab.core import runs
+    from offload_lab.experiments.quality import runner as experiment
 
     run = runs.new_run(data_root, campaign, "quality", {"replicates": 2, "resamples": 1000}, run_id=run_id)
     benches = {"gsm8k": [str(i) for i in range(n)], "ifeval": [str(1000 + i) for i in range(n)],

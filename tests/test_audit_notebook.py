@@ -10,7 +10,9 @@ import yaml
 from fit_helpers import tiny_model  # noqa: F401
 from test_routing import _torch_python
 
-from offload_lab import audit, campaign, runs
+from offload_lab.experiments.audit import runner as audit
+from offload_lab.campaigns import runner as campaign
+from offload_lab.core import runs
 
 SMALL_SPEC = """name: small-exl3
 naming: deepseek_v4

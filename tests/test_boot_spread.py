@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from offload_lab import boot_spread, runs
-from offload_lab.errors import InputError
+from offload_lab.experiments.boot_spread import runner as boot_spread
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
 
 
 def _write_session(data, session: str, boot_means: list[float], sd: float, n: int = 12, seed: int = 0,

@@ -9,8 +9,10 @@ import os
 
 import pytest
 
-from offload_lab import boots, runs, stack
-from offload_lab.errors import ServerError
+from offload_lab.server import boots
+from offload_lab.core import runs
+from offload_lab.server import stack
+from offload_lab.core.errors import ServerError
 
 from pod_helpers import FIXTURES, fake_stack
 
@@ -151,7 +153,7 @@ def test_plan_file_is_given_to_the_server_and_checked(tmp_path):
     plans = {"env": "EXL3_HOST_EXPERTS", "use": "p", "files": {"p": {"path": str(plan), "sha256": "0" * 64}}}
     st = stack.load_stack(fake_stack(tmp_path, plans=plans), root=tmp_path)
     assert stack.server_env(st)["EXL3_HOST_EXPERTS"] == str(plan)
-    from offload_lab.errors import InputError
+    from offload_lab.core.errors import InputError
 
     with pytest.raises(InputError, match="sha256"):
         stack.boot(st, tmp_path / "data", "t")

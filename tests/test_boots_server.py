@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offload_lab import interference, runs, stack
+from offload_lab.experiments.interference import runner as interference
+from offload_lab.core import runs
+from offload_lab.server import stack
 
 pytestmark = pytest.mark.server
 

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from offload_lab import campaign, runs
-from offload_lab.errors import InputError, ProducerError
+from offload_lab.campaigns import runner as campaign
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError, ProducerError
 
 
 def _campaign_file(tmp_path: Path, repo_root: Path, **params) -> Path:
@@ -67,7 +68,7 @@ def test_context_notebook_runs_through_papermill_into_a_verified_run(tmp_path, r
     # The output notebook stores the parameters it ran with; the summary recomputes from the raw events.
     nb = nbformat.read(run_dir / "notebook.ipynb", as_version=4)
     assert nb.metadata["papermill"]["parameters"]["run_dir"] == str(run_dir)
-    from offload_lab import context_length
+    from offload_lab.experiments.context import runner as context_length
 
     pd.testing.assert_frame_equal(context_length.summarize_run(run_dir), summary, check_dtype=False)
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from offload_lab import campaign, ledger, runs
-from offload_lab.errors import InputError
+from offload_lab.campaigns import runner as campaign
+from offload_lab.campaigns import ledger
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
 
 from pod_helpers import TOPO_NODE, TOPO_SYS, campaign_file, fake_nvidia_smi, fake_stack, probe_notebook, with_path
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from offload_lab import capacity
-from offload_lab.capacity import Demand
-from offload_lab.errors import InputError
+from offload_lab.seats import capacity
+from offload_lab.seats.capacity import Demand
+from offload_lab.core.errors import InputError
 
 
 @pytest.mark.parametrize("n,q,s", [(1, 0.3, 0), (5, 0.5, 2), (19, 0.071, 4), (20, 0.071, 4), (60, 0.2, 15),

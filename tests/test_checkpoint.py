@@ -11,9 +11,11 @@ import pytest
 from fit_helpers import http_root, sharded, small_moe_tensors, tiny_model, write_named  # noqa: F401
 from safetensors import safe_open
 
-from offload_lab import checkpoint, rangeserver, synthetic
-from offload_lab.checkpoint import FetchError, RangeNotSupportedError, RemoteOptions
-from offload_lab.errors import InputError
+from offload_lab.fit import checkpoint
+from offload_lab.fit import rangeserver
+from offload_lab.fit import synthetic
+from offload_lab.fit.checkpoint import FetchError, RangeNotSupportedError, RemoteOptions
+from offload_lab.core.errors import InputError
 
 # ----------------------------------------------------------------------------------------------------------------
 # Against the safetensors library

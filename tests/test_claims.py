@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from offload_lab import claims as cl
-from offload_lab import claims_study as cs
-from offload_lab import figures as fg
-from offload_lab import paper_registry  # noqa: F401  (every section's claims, as the paper sees them)
-from offload_lab.errors import ClaimError
+from offload_lab.paper import claims as cl
+from offload_lab.experiments.concurrency import claims as cs
+from offload_lab.paper import figures as fg
+from offload_lab.paper import discovery, formats
+from offload_lab.core.errors import ClaimError
 from paper_fixtures import (ALL_EXPERIMENTS, CONTEXT_LENGTHS, OUTPUT_TOKENS, REPEATS, REPO_ROOT, TINY_CONFIG,
                             make_campaign, write_boots, write_context)
 
@@ -41,7 +41,7 @@ def test_claims_resolve_to_the_fixture_values(resolved: cl.ClaimSet) -> None:
     c = resolved.claims
     # The fixture campaign has boots and context runs; claims that need any other experiment are absent, never
     # invented.
-    needs = {name: set(d.experiments) for name, d in cl.REGISTRY.items()}
+    needs = {name: set(d.experiments) for name, d in discovery.claim_registry().items()}
     assert all(x.status == "ok" for n, x in c.items() if needs[n] <= {"boots", "context"})
     assert all(x.status == "absent" for n, x in c.items() if not needs[n] <= {"boots", "context"})
     assert c["prefill.cached_speedup"].status == "absent" and "concurrency" in c["prefill.cached_speedup"].reason
@@ -174,12 +174,12 @@ def test_claim_definitions_are_checked() -> None:
 
 
 def test_formats() -> None:
-    assert cl.fmt_int(16384) == "16,384"
-    assert cl.fmt_sig(3)(0.042561) == "0.0426"
-    assert cl.fmt_sig(3)(12.345) == "12.3"
-    assert cl.fmt_sig(3)(1234.5) == "1,234"
-    assert cl.fmt_ratio(1.987) == "1.99×"
-    assert (cl.trend_word(1.01), cl.trend_word(1.2), cl.trend_word(0.8)) == ("barely changes", "rises", "falls")
+    assert formats.fmt_int(16384) == "16,384"
+    assert formats.fmt_sig(3)(0.042561) == "0.0426"
+    assert formats.fmt_sig(3)(12.345) == "12.3"
+    assert formats.fmt_sig(3)(1234.5) == "1,234"
+    assert formats.fmt_ratio(1.987) == "1.99×"
+    assert (formats.trend_word(1.01), formats.trend_word(1.2), formats.trend_word(0.8)) == ("barely changes", "rises", "falls")
 
 
 def test_campaign_kind(tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_drawing_from_a_deleted_file_names_it(fresh: Path, tmp_path: Path) -> No
 
 
 def test_a_length_where_every_request_failed_is_left_out_and_counted(tmp_path: Path) -> None:
-    from offload_lab import context_length
+    from offload_lab.experiments.context import runner as context_length
 
     run = cl.runs.new_run(tmp_path, "embedded", "context", {"context_lengths": [256, 1024, 4096], "output_tokens": 8,
                                                            "repeats": 2})
@@ -268,7 +268,7 @@ def test_a_length_where_every_request_failed_is_left_out_and_counted(tmp_path: P
 
 
 def _study(name: str) -> dict[str, cl.ClaimDef]:
-    return {n: d for n, d in cs.SECTION.items() if n == name or n.startswith(name + ".")}
+    return {n: d for n, d in discovery.claim_registry().items() if n == name or n.startswith(name + ".")}
 
 
 def test_a_claim_reads_files_of_two_experiments_and_cites_both(tmp_path: Path) -> None:
@@ -313,7 +313,7 @@ def test_which_regime_held_the_bar_longest_is_computed() -> None:
 
 
 def test_topology_claims_read_the_manifests_matrix(tmp_path: Path) -> None:
-    from offload_lab import environment
+    from offload_lab.core import environment
 
     topo = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-31\t0\nGPU1\tSYS\t X \t32-63\t1\n\n"
             "Legend:\n  X    = Self\n")

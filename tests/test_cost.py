@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from offload_lab import capacity, cli, cost
-from offload_lab.capacity import Demand
-from offload_lab.errors import InputError
+from offload_lab.seats import capacity
+from offload_lab.cli import main as cli
+from offload_lab.seats import cost
+from offload_lab.seats.capacity import Demand
+from offload_lab.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_KEYS = {"seats_per_pod", "pods", "pod_eur_per_month", "break_even_seats", "team_eur_per_month_self_hosted",

@@ -11,8 +11,10 @@ import pytest
 import yaml
 from pypdf import PdfReader
 
-from offload_lab import campaign, paper, runs
-from offload_lab.errors import ClaimError
+from offload_lab.campaigns import runner as campaign
+from offload_lab.paper import build as paper
+from offload_lab.core import runs
+from offload_lab.core.errors import ClaimError
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-from offload_lab import environment
+from offload_lab.core import environment
 
 # As `nvidia-smi topo -m` prints it on a two-socket host with one GPU per socket (the study's pod 2).
 TOPO_SYS = """\

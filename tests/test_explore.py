@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from offload_lab import explore
+from offload_lab.paper import explore
 from paper_fixtures import ALL_EXPERIMENTS, REPO_ROOT, make_campaign, write_boots
 
 

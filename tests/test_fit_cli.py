@@ -8,7 +8,8 @@ import shutil
 import pytest
 from fit_helpers import http_root, tiny_model  # noqa: F401
 
-from offload_lab import cli, routing
+from offload_lab.cli import main as cli
+from offload_lab.fit import routing
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

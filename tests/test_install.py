@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offload_lab import cli, install, stack
-from offload_lab.errors import InputError, ProducerError
+from offload_lab.server import record as install_record
+from offload_lab.cli import main as cli
+from offload_lab.server import install
+from offload_lab.server import stack
+from offload_lab.core.errors import InputError, ProducerError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +77,7 @@ def test_a_pinned_stack_installs_and_records_its_receipts(tmp_path, toy):
     assert record["commits"] == {"upstream": toy["commit"]}
     (p,) = record["patches"].values()
     assert p["sha256"] == toy["patch_sha"] and p["receipts"] == {"pkg/mod.py": toy["patched_sha"]}
-    assert install.read_record(st.python)["commits"]["upstream"] == toy["commit"]
+    assert install_record.read_record(st.python)["commits"]["upstream"] == toy["commit"]
     # Installing again from the same file gives the same tree (the clone is reset, the patch reapplied).
     install.run_install(install.plan_install(st), log=lambda s: None)
     assert _sha((tree / "pkg" / "mod.py").read_bytes()) == toy["patched_sha"]

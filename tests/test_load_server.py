@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from offload_lab import campaign, concurrency, runs, workloads
+from offload_lab.campaigns import runner as campaign
+from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.core import runs
+from offload_lab.load import workloads
 
 pytestmark = pytest.mark.server
 

@@ -8,15 +8,22 @@ import sys
 
 import pytest
 
-from offload_lab import clock_check, closed_loop, concurrency, load, runs, stack, workloads
-from offload_lab.errors import ServerError
+from offload_lab.bench import clock_check
+from offload_lab.core import procs
+from offload_lab.load import closed_loop
+from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import client as load
+from offload_lab.core import runs
+from offload_lab.server import stack
+from offload_lab.load import workloads
+from offload_lab.core.errors import ServerError
 
 
 @pytest.fixture()
 def source():
     proc, url = clock_check.start_source(rate_tok_s=200.0, ttft_ms=5.0)
     yield proc, url
-    stack.terminate_group(proc, 5)
+    procs.terminate_group(proc, 5)
 
 
 def test_stop_rule_needs_the_rate_and_the_minimum_count():
@@ -83,7 +90,7 @@ def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_the_data(tmp_path, sour
 
     def progress(msg: str) -> None:
         if not killed["done"]:  # after the first level, the server goes away before the second is prepared
-            stack.terminate_group(proc, 5)
+            procs.terminate_group(proc, 5)
             killed["done"] = True
 
     with pytest.raises(concurrency.SweepStopped, match="stop rule ended the sweep"):
@@ -97,8 +104,8 @@ def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_the_data(tmp_path, sour
 
 
 def test_unreachable_server_exits_non_zero_within_seconds(tmp_path):
-    port = stack.free_port()
-    out = subprocess.run([sys.executable, "-m", "offload_lab.cli", "bench", "--url", f"http://127.0.0.1:{port}",
+    port = procs.free_port()
+    out = subprocess.run([sys.executable, "-m", "offload_lab.cli.main", "bench", "--url", f"http://127.0.0.1:{port}",
                           "--regime", "short", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3
     assert f"no OpenAI-compatible server answers at http://127.0.0.1:{port}" in out.stderr
@@ -107,7 +114,7 @@ def test_unreachable_server_exits_non_zero_within_seconds(tmp_path):
 
 
 def test_bad_streams_flag_is_a_clear_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "offload_lab.cli", "bench", "--url", "http://127.0.0.1:9",
+    out = subprocess.run([sys.executable, "-m", "offload_lab.cli.main", "bench", "--url", "http://127.0.0.1:9",
                           "--regime", "short", "--streams", "1,two", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--streams '1,two'" in out.stderr
@@ -150,14 +157,14 @@ def test_a_server_that_dies_during_a_level_is_classified_and_stops_the_sweep(tmp
         workload=workloads.WorkloadSpec(regime="short", prompt_tokens=16, output_tokens=400, block_size=16),
         streams=[2], requests_per_stream=3,
         stop_rule=closed_loop.StopRule(max_error_rate=0.05, min_errors=2, max_consecutive_failures=3))
-    timer = threading.Timer(1.5, lambda: stack.terminate_group(proc, 5))
+    timer = threading.Timer(1.5, lambda: procs.terminate_group(proc, 5))
     timer.start()
     try:
         with pytest.raises(concurrency.SweepStopped):
             concurrency.run_sweep(run, url, params, progress=None)
     finally:
         timer.cancel()
-        stack.terminate_group(proc, 5)
+        procs.terminate_group(proc, 5)
     reqs = [e for e in runs.read_events(run.file("events.jsonl")) if e["kind"] == "request"]
     assert reqs and all(not e["ok"] for e in reqs)
     assert {e["error_kind"] for e in reqs} <= {"connect", "stream_error", "short_output"}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from fit_helpers import write_named
 
-from offload_lab import checkpoint, memory
-from offload_lab.errors import InputError
-from offload_lab.memory import GiB, HostSet, Parallelism
+from offload_lab.fit import checkpoint
+from offload_lab.fit import memory
+from offload_lab.core.errors import InputError
+from offload_lab.fit.memory import GiB, HostSet, Parallelism
 
 CONFIG = {"model_type": "qwen3_moe", "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
           "head_dim": 8, "hidden_size": 16, "num_experts": 4, "num_experts_per_tok": 2, "torch_dtype": "float32"}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-from offload_lab import paper
-from offload_lab.errors import AuditError, ClaimError, InputError
+from offload_lab.paper import build as paper
+from offload_lab.core.errors import AuditError, ClaimError, InputError
 from paper_fixtures import ALL_EXPERIMENTS, REPO_ROOT, copy_paper_sources, make_campaign, write_boots
 
 WARNING = "tiny mixture-of-experts model with random weights"

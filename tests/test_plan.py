@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 from fit_helpers import write_named
 
-from offload_lab import checkpoint, memory, plan as planmod, runs
-from offload_lab.errors import InputError
-from offload_lab.memory import GiB, HostSet, MemoryModel, Parallelism
-from offload_lab.routing import RoutingCounts
+from offload_lab.fit import checkpoint
+from offload_lab.fit import memory
+from offload_lab.fit import plan as planmod
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
+from offload_lab.fit.memory import GiB, HostSet, MemoryModel, Parallelism
+from offload_lab.fit.routing import RoutingCounts
 
 LAYERS, EXPERTS, TOP_K = 3, 8, 2
 EXPERT = 3 * 8 * 16 * 2  # gate, up, down of 8 x 16 in BF16
@@ -122,7 +125,7 @@ def test_generation_scales_to_15360_experts(tmp_path):
     model.experts.index = {k: i for i, k in enumerate(keys)}
     model.experts.bytes = np.full(len(keys), 13_315_584, dtype=np.int64)
     model.experts.rank_bytes = np.full((len(keys), 2), 13_315_584 / 2)
-    from offload_lab.routing import synthetic_counts
+    from offload_lab.fit.routing import synthetic_counts
 
     counts = synthetic_counts(list(range(40)), 384, 6, 512, seed=3)
     assert planmod.gen_uniform(model, fraction=0.3).sum() == 4608

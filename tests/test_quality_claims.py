@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from quality_fixtures import write_quality_run
 
-from offload_lab import claims, figures
-from offload_lab.quality import paper_claims
+from offload_lab.paper import claims, discovery
+from offload_lab.paper import figures
+from offload_lab.experiments.quality import claims as paper_claims
 
 
 def _quality_registry() -> dict:
-    return {k: v for k, v in claims.REGISTRY.items() if k.startswith("quality.")}
+    return {k: v for k, v in discovery.claim_registry().items() if k.startswith("quality.")}
 
 
 def test_every_quality_claim_resolves_from_a_quality_run(tmp_path):
@@ -36,7 +37,7 @@ def test_quality_claims_are_absent_without_a_quality_run(tmp_path):
 def test_quality_figures_draw_from_the_run(tmp_path):
     run = write_quality_run(tmp_path / "data")
     written = figures.draw_run_figures(run, "quality", out_dir=tmp_path / "fig",
-                                       registry={k: v for k, v in figures.FIGURES.items() if k.startswith("quality")})
+                                       registry={k: v for k, v in discovery.figure_registry().items() if k.startswith("quality")})
     assert sorted(p.name for p in written) == ["quality_delta.png", "quality_delta.svg", "quality_flips.png",
                                                "quality_flips.svg"]
     assert paper_claims.LABELS["gsm8k"] == "GSM8K"

@@ -10,8 +10,8 @@ import pytest
 
 from quality_fixtures import datasets_dir
 
-from offload_lab import cli
-from offload_lab.errors import InputError
+from offload_lab.cli import main as cli
+from offload_lab.core.errors import InputError
 from offload_lab.quality import data, subsets
 
 

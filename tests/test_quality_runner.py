@@ -10,9 +10,10 @@ import pytest
 
 from quality_fixtures import FakeEndpoint, chat_response, datasets_dir
 
-from offload_lab import runs
-from offload_lab.errors import InputError, ProducerError
-from offload_lab.quality import benchmarks, canaries, data, endpoints, experiment, runner, subsets
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.quality import benchmarks, canaries, data, endpoints, runner, subsets
+from offload_lab.experiments.quality import runner as experiment
 
 SECRET = "sk-test-secret-value-0123456789"
 

@@ -15,8 +15,11 @@ import yaml
 
 from quality_fixtures import datasets_dir
 
-from offload_lab import campaign, cli, runs
-from offload_lab.quality import canaries, endpoints, experiment
+from offload_lab.campaigns import runner as campaign
+from offload_lab.cli import main as cli
+from offload_lab.core import runs
+from offload_lab.quality import canaries, endpoints
+from offload_lab.experiments.quality import runner as experiment
 
 pytestmark = pytest.mark.server
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from offload_lab import cli
+from offload_lab.cli import main as cli
 from offload_lab.quality import paired
 
 

@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offload_lab import campaign, capacity, claims, claims_capacity, cost, published, runs
-from offload_lab.capacity import Demand
-from offload_lab.errors import InputError
-from offload_lab.study_inputs import gather
+from offload_lab.campaigns import runner as campaign
+from offload_lab.seats import capacity
+from offload_lab.paper import claims
+from offload_lab.experiments.capacity import claims as claims_capacity
+from offload_lab.seats import cost
+from offload_lab.experiments.published import runner as published
+from offload_lab.core import runs
+from offload_lab.seats.capacity import Demand
+from offload_lab.core.errors import InputError
+from offload_lab.experiments.capacity.inputs import gather
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "published" / "study.yaml"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from fit_helpers import tiny_model  # noqa: F401
 
-from offload_lab import routing
-from offload_lab.errors import InputError, ProducerError
+from offload_lab.fit import routing
+from offload_lab.core.errors import InputError, ProducerError
 
 
 def test_capture_arrays_are_counted_per_layer():

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from offload_lab import runs
-from offload_lab.errors import InputError
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
 
 
 def test_new_run_writes_running_manifest_then_finishes_with_hashes(tmp_path):

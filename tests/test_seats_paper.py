@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-from offload_lab import claims, claims_capacity, figures, figures_capacity, paper, runs
+from offload_lab.paper import claims
+from offload_lab.experiments.capacity import claims as claims_capacity
+from offload_lab.paper import figures
+from offload_lab.experiments.capacity import figures as figures_capacity
+from offload_lab.paper import build as paper
+from offload_lab.core import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ROOT / "paper" / "sections" / "_seats-and-cost.qmd"
@@ -34,10 +39,6 @@ def test_section_figures_are_the_registered_ones():
 @pytest.fixture
 def section_registered(monkeypatch):
     """The section's claims and figures in the paper's registries for one test (claims.py adds them for good)."""
-    for name, d in claims_capacity.SECTION.items():
-        monkeypatch.setitem(claims.REGISTRY, name, d)
-    for name, d in figures_capacity.SECTION.items():
-        monkeypatch.setitem(figures.FIGURES, name, d)
 
 
 def _only_this_section(tmp_path: Path) -> Path:

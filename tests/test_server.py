@@ -14,8 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from offload_lab import load, prompts, runs, stack
-from offload_lab.errors import ServerError
+from offload_lab.load import client as load
+from offload_lab.load import prompts
+from offload_lab.core import runs
+from offload_lab.server import stack
+from offload_lab.core.errors import ServerError
 
 pytestmark = pytest.mark.server
 
@@ -90,7 +93,7 @@ def _group_alive(pgid: int) -> bool:
 
 def test_serve_cli_starts_and_stops_leaving_no_process(tmp_path, repo_root):
     """`offload-lab serve` as a user runs it: ready, Ctrl-C, and nothing of the server left running."""
-    cmd = [sys.executable, "-m", "offload_lab.cli", "serve", "--stack", str(repo_root / "configs/stacks/embedded.yaml"),
+    cmd = [sys.executable, "-m", "offload_lab.cli.main", "serve", "--stack", str(repo_root / "configs/stacks/embedded.yaml"),
            "--data-dir", str(tmp_path / "data"), "--campaign", "t"]
     proc = subprocess.Popen(cmd, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

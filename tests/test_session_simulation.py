@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from offload_lab.capacity import Demand
-from offload_lab.errors import InputError
-from offload_lab.session_simulation import SimulationConfig, _alternating, simulate
+from offload_lab.seats.capacity import Demand
+from offload_lab.core.errors import InputError
+from offload_lab.seats.simulation import SimulationConfig, _alternating, simulate
 
 BASE = dict(developers=40, days=80, q=0.1, window_hours=2.0, turn_seconds=10.0, step_seconds=2.0)
 

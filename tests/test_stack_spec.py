@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offload_lab import stack
-from offload_lab.errors import InputError
-from offload_lab.stack_spec import ServerFlags, StackOverride, deep_merge, unpinned_items
+from offload_lab.server import stack
+from offload_lab.core.errors import InputError
+from offload_lab.server.spec import ServerFlags, StackOverride, deep_merge, unpinned_items
 
 ROOT = Path(__file__).resolve().parents[1]
 

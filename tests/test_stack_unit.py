@@ -2,8 +2,8 @@
 
 import pytest
 
-from offload_lab import stack
-from offload_lab.errors import InputError
+from offload_lab.server import stack
+from offload_lab.core.errors import InputError
 
 # vllm/v1/core/kv_cache_utils.py::_check_enough_kv_cache_memory
 KV_TOO_SMALL = (

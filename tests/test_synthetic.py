@@ -8,8 +8,10 @@ import pytest
 from fit_helpers import tiny_model  # noqa: F401
 from safetensors import safe_open
 
-from offload_lab import checkpoint, rangeserver, synthetic
-from offload_lab.errors import InputError
+from offload_lab.fit import checkpoint
+from offload_lab.fit import rangeserver
+from offload_lab.fit import synthetic
+from offload_lab.core.errors import InputError
 
 
 def test_synthetic_from_the_tiny_config_has_the_tiny_models_layout(tiny_model, tmp_path):

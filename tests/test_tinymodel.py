@@ -15,8 +15,8 @@ import pytest
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from offload_lab import tinymodel
-from offload_lab.errors import InputError
+from offload_lab.server import tinymodel
+from offload_lab.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO_CONFIG = ROOT / "configs" / "models" / "tiny-qwen3-moe.yaml"
@@ -64,7 +64,7 @@ def test_tokenizer_is_identical_in_another_process(built, tmp_path):
     # Rayon's thread count and Python's hash seed must not leak into the trained merges.
     out, hashes = built
     code = (
-        "import sys; from pathlib import Path; from offload_lab import tinymodel; "
+        "import sys; from pathlib import Path; from offload_lab.server import tinymodel; "
         "print(tinymodel.build_tiny_model(Path(sys.argv[1]))['tokenizer.json'])"
     )
     env = dict(os.environ, RAYON_NUM_THREADS="1", PYTHONHASHSEED="12345", TOKENIZERS_PARALLELISM="false")

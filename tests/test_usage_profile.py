@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offload_lab import cli
-from offload_lab.errors import InputError
-from offload_lab.usage_profile import load_profile, parse_profile, profile_timing
+from offload_lab.cli import main as cli
+from offload_lab.core.errors import InputError
+from offload_lab.seats.profile import load_profile, parse_profile, profile_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "configs" / "profiles" / "published-week.yaml"

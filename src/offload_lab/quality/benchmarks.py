@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .data import Item
+from offload_lab.quality.data import Item
 
 PROMPTS_VERSION = 1
 

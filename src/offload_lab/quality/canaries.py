@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from ..load import run_sync
-from . import benchmarks, endpoints, runner
+from offload_lab.load.client import run_sync
+from offload_lab.quality import benchmarks, endpoints, runner
 
 CANARY_PROMPT = 'def add_one(x: int) -> int:\n    """Return x plus one."""\n'
 THINKING_QUESTION = "What is 17 + 25? Reply with the number only."

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import paired
-from .runner import INFRA_FAILURES
+from offload_lab.quality import paired
+from offload_lab.quality.runner import INFRA_FAILURES
 
 KEY = ["benchmark", "item_id"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import runs
-from ..errors import InputError
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
 
 DATASETS_ENV = "OFFLOAD_LAB_DATASETS"
 

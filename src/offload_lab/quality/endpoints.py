@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InputError
+from offload_lab.core.errors import InputError
 
 DEFAULT_API_KEY_ENV = "OFFLOAD_LAB_REFERENCE_API_KEY"
 REDACTED = "[redacted]"

@@ -159,6 +159,6 @@ def self_check(problems: Sequence[dict[str, Any]], timeout_s: float = DEFAULT_TI
 @lru_cache(maxsize=4)
 def cached_self_check(timeout_s: float = DEFAULT_TIMEOUT_S) -> SelfCheck:
     """The self-check on all 164 problems, once per process (every run records the result it relied on)."""
-    from .data import humaneval_items
+    from offload_lab.quality.data import humaneval_items
 
     return self_check([it.fields for it in humaneval_items()], timeout_s)

@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterable
 
 import httpx
 
-from .. import runs
-from ..load import run_sync
-from . import benchmarks, endpoints
-from .data import Item
+from offload_lab.core import runs
+from offload_lab.load.client import run_sync
+from offload_lab.quality import benchmarks, endpoints
+from offload_lab.quality.data import Item
 
 STATUSES = ("ok", "empty", "truncated", "api_error", "timeout")
 INFRA_FAILURES = ("api_error", "timeout")
@@ -150,7 +150,7 @@ def resolve_model(spec: endpoints.EndpointSpec) -> str:
     """The model name to send: the spec's, else the first the server lists."""
     if spec.model:
         return spec.model
-    from ..errors import ServerError
+    from offload_lab.core.errors import ServerError
 
     try:
         with httpx.Client(timeout=10.0) as c:

@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from . import data, gsm8k, humaneval, ifeval
-from .runner import INFRA_FAILURES
+from offload_lab.quality import data, gsm8k, humaneval, ifeval
+from offload_lab.quality.runner import INFRA_FAILURES
 
 OUTCOME_STATUSES = ("ok", "empty", "truncated", "parse_fail", "exec_timeout", "api_error", "timeout")
 PRIMARY_METRIC = {"gsm8k": "numeric answer equals the gold answer", "ifeval": "prompt-level strict",

@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from .. import runs
-from ..errors import InputError
-from . import data
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
+from offload_lab.quality import data
 
 METHOD = "random.Random(seed).sample(ids in file order, n), then sorted back into file order"
 SEED = 20261129

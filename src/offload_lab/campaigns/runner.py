@@ -1,0 +1,481 @@
+"""Campaigns: which experiments run, with which parameters, against which stack, executed through papermill.
+
+A campaign file (``configs/campaigns/*.yaml``) lists notebooks and their parameters. The runner checks everything it
+can before it starts a server (files exist, every parameter is declared by its notebook, every stack file and
+variant is valid), then:
+
+1. opens a session in the campaign's ledger (:mod:`offload_lab.campaigns.ledger`: pod, start, end, minutes, cost);
+2. checks the GPU topology (``nvidia-smi topo -m``): GPUs on different NUMA nodes (``SYS``) stop the campaign or only
+   mark its runs, as the file's ``topology.on_cross_socket`` says; every manifest carries the matrix and the verdict;
+3. runs the ``boots`` section: each listed boot attempt (a stack and a variant: another plan, other flags) is started,
+   probed, classified and stopped: a failed boot is data, not an error;
+4. runs the experiments: for each, a new run directory, the notebook executed into it, the manifest finished.
+   Experiments that name a variant (``stack:``, ``override:``) get their own server; consecutive experiments on the
+   same variant share one. With ``repeat_boots: k`` the server is booted k times and every server experiment runs
+   after each boot (manifests say which boot); notebooks that need no server run once, after the last boot.
+
+A notebook that fails leaves its run marked ``failed`` with the output notebook kept, and stops the campaign with a
+non-zero exit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from offload_lab.server import boots as bootsmod
+from offload_lab.core import environment
+from offload_lab.campaigns import ledger
+from offload_lab.load import client as load
+from offload_lab.core import paths, runs
+from offload_lab.server import stack as stackmod
+from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.server.spec import StackOverride
+
+# Parameters the runner fills in itself; a notebook run by the campaign must declare them.
+RUNNER_PARAMETERS = ("base_url", "run_dir", "campaign", "data_root")
+OUTPUT_NOTEBOOK = "notebook.ipynb"
+BOOTS = "boots"
+
+
+class ExperimentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    experiment: str = Field(description="experiment name: the run directory's parent")
+    notebook: str = Field(description="notebook path, relative to the repository root")
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    needs_server: bool = Field(True, description="false for analysis notebooks that only read data files")
+    stack: str | None = Field(None, description="another stack file for this experiment's server")
+    override: StackOverride | None = Field(None, description="a variant of the stack for this experiment's server")
+    variant: str | None = Field(None, description="a name for the variant, recorded in manifests")
+
+
+class TopologyPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    on_cross_socket: Literal["stop", "mark"] = Field(
+        "mark", description="GPUs on different NUMA nodes (SYS in nvidia-smi topo -m): stop the campaign before "
+                            "anything runs, or run and mark every manifest")
+    expect_gpus: int | None = Field(None, ge=0, description="stop when the machine has another number of GPUs")
+
+
+class BootSpec(BaseModel):
+    """One boot attempt of the ``boots`` section: started, probed, classified, stopped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    stack: str | None = Field(None, description="stack file (default: the campaign's)")
+    override: StackOverride = Field(default_factory=StackOverride)
+    expect: str | None = Field(None, description="the outcome expected, e.g. the published one")
+    expect_source: str | None = Field(None, description="where the expectation comes from")
+    ready_timeout_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _known_outcome(self) -> "BootSpec":
+        if self.expect is not None and self.expect not in bootsmod.OUTCOMES:
+            raise ValueError(f"boot {self.name}: expect {self.expect!r} is not one of {list(bootsmod.OUTCOMES)}")
+        return self
+
+
+class CampaignFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    stack: str | None = Field(default=None, description="stack file the campaign's server starts from")
+    topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
+    repeat_boots: int = Field(1, ge=1, description="boot the server this many times; run the experiments after each")
+    boots: list[BootSpec] = Field(default_factory=list)
+    ledger: bool = Field(True, description="write a session to <data>/<campaign>/ledger.jsonl")
+    experiments: list[ExperimentSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "CampaignFile":
+        names = [b.name for b in self.boots]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"boot name(s) {dup} given twice")
+        if any(e.experiment == BOOTS for e in self.experiments):
+            raise ValueError("experiment name 'boots' is the runner's own (server starts); list boot attempts "
+                             "under `boots:`")
+        return self
+
+
+@dataclass
+class Campaign:
+    spec: CampaignFile
+    file: Path
+    root: Path
+
+    def notebook_path(self, exp: ExperimentSpec) -> Path:
+        p = Path(exp.notebook)
+        return p if p.is_absolute() else self.root / p
+
+    def stack_path(self, name: str | None) -> Path | None:
+        name = name or self.spec.stack
+        if not name:
+            return None
+        p = Path(name)
+        return p if p.is_absolute() else self.root / p
+
+
+@dataclass
+class CampaignResult:
+    campaign: str
+    runs: list[Path] = field(default_factory=list)
+    boot_run: Path | None = None
+    boot_runs: list[Path] = field(default_factory=list)
+    boot_attempts: list[dict[str, Any]] = field(default_factory=list)
+    session: str | None = None
+    topology: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+
+def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"campaign file {path} does not exist; the embedded one is configs/campaigns/embedded.yaml")
+    try:
+        spec = CampaignFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except yaml.YAMLError as e:
+        raise InputError(f"campaign file {path} is not valid YAML: {e}") from e
+    except ValidationError as e:
+        details = "\n".join(f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise InputError(f"campaign file {path} is not a valid campaign file:\n{details}") from e
+    runs.check_name("campaign", spec.name)
+    return Campaign(spec=spec, file=path.resolve(), root=root or paths.find_root(path.resolve().parent))
+
+
+def declared_parameters(notebook: Path) -> dict[str, Any]:
+    import papermill
+
+    return papermill.inspect_notebook(str(notebook))
+
+
+def validate(campaign: Campaign) -> None:
+    """Every notebook exists and declares every parameter it will be given; raise InputError naming the first miss."""
+    for exp in campaign.spec.experiments:
+        runs.check_name("experiment", exp.experiment)
+        nb = campaign.notebook_path(exp)
+        if not nb.is_file():
+            raise InputError(f"campaign file {campaign.file}: notebook {exp.notebook} (experiment "
+                             f"{exp.experiment}) does not exist")
+        declared = declared_parameters(nb)
+        if not declared:
+            raise InputError(f"notebook {exp.notebook} has no cell tagged 'parameters'; papermill needs one")
+        given = set(exp.parameters) | set(RUNNER_PARAMETERS)
+        unknown = sorted(given - set(declared))
+        if unknown:
+            raise InputError(
+                f"campaign file {campaign.file}: experiment {exp.experiment} passes parameter(s) {unknown} that "
+                f"notebook {exp.notebook} does not declare (it declares {sorted(declared)})"
+            )
+    _validate_stacks(campaign)
+
+
+def _validate_stacks(campaign: Campaign) -> None:
+    """Every stack file the campaign names loads, and every variant of it is a valid stack file."""
+    spec = campaign.spec
+    wants: list[tuple[str, str | None, StackOverride | None]] = []
+    if spec.stack:
+        wants.append(("the campaign", spec.stack, None))
+    for b in spec.boots:
+        wants.append((f"boot {b.name}", b.stack, b.override))
+    for e in spec.experiments:
+        if e.needs_server and (e.stack or e.override):
+            wants.append((f"experiment {e.experiment}", e.stack, e.override))
+    if spec.repeat_boots > 1 and not spec.stack:
+        raise InputError(f"campaign file {campaign.file}: repeat_boots needs a stack to boot")
+    for who, name, override in wants:
+        path = campaign.stack_path(name)
+        if path is None:
+            raise InputError(f"campaign file {campaign.file}: {who} needs a stack and the campaign names none")
+        try:
+            st = stackmod.load_stack(path, root=campaign.root)
+            st.with_override(override)
+        except InputError as e:
+            raise InputError(f"campaign file {campaign.file}: {who}: {e}") from e
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], cwd: Path) -> None:
+    """Run a notebook with papermill; raise ProducerError on a failed cell, naming the cell and the error."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=parameters, kernel_name="python3", cwd=str(cwd),
+            progress_bar=False, log_output=False, request_save_on_cell_execute=True,
+        )
+    except PapermillExecutionError as e:
+        raise ProducerError(
+            f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {e.evalue}); "
+            f"the output notebook is kept at {output}"
+        ) from e
+    nb = nbformat.read(str(output), as_version=4)
+    # Some failures are recorded only in the metadata (papermill #786): check it as well as the cells.
+    exc = nb.metadata.get("papermill", {}).get("exception")
+    errors = [c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    if exc or errors:
+        raise ProducerError(f"notebook {notebook.name} recorded an error; the output notebook is at {output}")
+
+
+def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any]:
+    """The topology verdict every manifest carries; raises InputError when the policy says stop."""
+    gpu = env.get("gpu") or {}
+    topo = gpu.get("topology")
+    count = len(gpu.get("gpus") or [])
+    check: dict[str, Any] = {
+        "policy": policy.on_cross_socket,
+        "gpus": count,
+        "checked": topo is not None,
+        "crosses_sockets": topo.get("crosses_sockets") if topo else None,
+        "sys_pairs": environment.cross_socket_pairs(topo) if topo else [],
+        "reason": None if topo is not None else (gpu.get("reason") or "nvidia-smi topo -m gave no matrix"),
+    }
+    if policy.expect_gpus is not None and count != policy.expect_gpus:
+        raise InputError(f"the campaign expects {policy.expect_gpus} GPU(s) and this machine has {count} "
+                         f"(nvidia-smi); run it on the machine it was written for")
+    if check["crosses_sockets"] and policy.on_cross_socket == "stop":
+        pairs = ", ".join("-".join(p) for p in check["sys_pairs"])
+        raise InputError(
+            f"GPUs {pairs} are on different NUMA nodes (SYS in `nvidia-smi topo -m`), and the campaign file says "
+            "topology.on_cross_socket: stop (the study measured 1.17 to 1.51 times the time per token on such a "
+            "pod). Use a pod with all GPUs on one socket, or set on_cross_socket: mark to run and mark the runs"
+        )
+    check["marked"] = bool(check["crosses_sockets"])
+    return check
+
+
+class _Servers:
+    """At most one server up at a time; a new variant stops the old server first."""
+
+    def __init__(self, campaign: Campaign, data_root: Path, url: str | None, port: int | None,
+                 env: dict[str, Any], marks: dict[str, Any], log: Callable[[str], None]):
+        self.campaign, self.data_root, self.url, self.port = campaign, data_root, url, port
+        self.env, self.marks, self.log = env, marks, log
+        self.key: tuple[str, str] | None = None
+        self.server: stackmod.Server | None = None
+        self.info: dict[str, Any] = {}
+        self.boot_runs: list[Path] = []
+
+    def get(self, exp: ExperimentSpec, boot_index: int, boots: int) -> dict[str, Any]:
+        if self.url:
+            if exp.stack or exp.override:
+                raise InputError(f"experiment {exp.experiment} runs on its own server variant; run without --url, "
+                                 "or leave it out with --only")
+            if not self.info:
+                load.check_reachable(self.url)
+                self.info = {"url": self.url, "boot_run": None, "command": None, "stack": None}
+            return self.info
+        key = (exp.stack or self.campaign.spec.stack or "", exp.override.key() if exp.override else "")
+        if key == self.key and self.server is not None:
+            if self.server.alive():
+                return self.info
+            self.log(f"the server of {self.info.get('boot_run')} is gone; booting it again for {exp.experiment}")
+        self.close()
+        path = self.campaign.stack_path(exp.stack)
+        if path is None:
+            raise InputError(f"campaign file {self.campaign.file} names no stack; add `stack:` or pass --url")
+        st = stackmod.load_stack(path, root=self.campaign.root).with_override(exp.override, exp.variant)
+        server = stackmod.start_server(
+            st, self.data_root, self.campaign.spec.name, port=self.port,
+            parameters={"session": self.marks.get("session"), "boot_index": boot_index, "boots": boots},
+            environment_record=self.env, **self.marks,
+        )
+        self.server, self.key = server, key
+        self.boot_runs.append(server.run.path)
+        self.info = {"url": server.url, "boot_run": str(server.run.path), "command": server.command,
+                     "stack": st.record(), "model": server.model_name, "variant": exp.variant}
+        self.log(f"server ready at {server.url} (boot run {server.run.path})")
+        return self.info
+
+    def current(self) -> dict[str, Any]:
+        return self.info
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.key, self.info = None, None, {}
+
+
+def run_boot_attempts(campaign: Campaign, data_root: Path, port: int | None, env: dict[str, Any],
+                      marks: dict[str, Any], log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The ``boots`` section: every attempt is started, probed, classified and stopped; failures are data."""
+    out = []
+    for b in campaign.spec.boots:
+        path = campaign.stack_path(b.stack)
+        assert path is not None  # validate() checked
+        st = stackmod.load_stack(path, root=campaign.root).with_override(b.override, b.name)
+        log(f"boot attempt {b.name} ({path.name}" + (f", expecting {b.expect})" if b.expect else ")"))
+        server = stackmod.boot(
+            st, data_root, campaign.spec.name, port=port, ready_timeout_s=b.ready_timeout_s,
+            parameters={"boot": b.name, "session": marks.get("session"), "expect": b.expect},
+            environment_record=env, boot_fields={"expected": b.expect, "expected_source": b.expect_source},
+            **marks,
+        )
+        outcome = server.boot["outcome"]
+        server.stop()
+        row = {"boot": b.name, "outcome": outcome, "expected": b.expect,
+               "as_expected": None if b.expect is None else outcome == b.expect, "run": str(server.run.path)}
+        out.append(row)
+        log(f"  {b.name}: {outcome}" + ("" if b.expect is None else
+                                         " (as expected)" if row["as_expected"] else f" (expected {b.expect})"))
+    return out
+
+
+def run_campaign(
+    path: Path | str,
+    data_root: Path | str = "data",
+    url: str | None = None,
+    port: int | None = None,
+    only: list[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> CampaignResult:
+    """Run a campaign's boot attempts and experiments; see the module docstring."""
+    started = time.monotonic()
+    campaign = load_campaign(path)
+    data_root = Path(data_root)
+    if not data_root.is_absolute():
+        data_root = campaign.root / data_root
+    validate(campaign)
+    spec = campaign.spec
+    known = [e.experiment for e in spec.experiments] + ([BOOTS] if spec.boots else [])
+    if only and set(only) - set(known):
+        raise InputError(f"--only names experiments not in {campaign.file}: {sorted(set(only) - set(known))} "
+                         f"(it has {known})")
+    experiments = [e for e in spec.experiments if not only or e.experiment in only]
+    do_boots = bool(spec.boots) and (not only or BOOTS in only)
+    if url and spec.repeat_boots > 1:
+        raise InputError("repeat_boots needs the campaign to start its own server; leave out --url")
+    if url and do_boots:
+        log("boot attempts skipped: --url uses a server that is already running")
+        do_boots = False
+    result = CampaignResult(campaign=spec.name)
+    env = environment.capture_environment()
+    session = None
+    if spec.ledger:
+        session = ledger.start_session(
+            data_root, spec.name, env, _price(campaign),
+            campaign_file={"path": str(campaign.file), "sha256": runs.sha256_file(campaign.file)},
+            only=only, url=url is not None,
+        )
+        result.session = session.id
+    outcome, error = "failed", None
+    try:
+        try:
+            result.topology = topology_check(spec.topology, env)
+        except InputError:
+            outcome = "stopped"  # refused by the campaign's own rule, before anything ran
+            raise
+        if result.topology["marked"]:
+            log("marked: GPUs on different NUMA nodes (SYS); every manifest of this session says so")
+        marks = {"session": result.session, "topology_check": result.topology}
+        if do_boots:
+            result.boot_attempts = run_boot_attempts(campaign, data_root, port, env, marks, log)
+            result.boot_runs += [Path(r["run"]) for r in result.boot_attempts]
+        _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result)
+        outcome = "ok"
+    except BaseException as e:
+        outcome, error = (outcome if outcome == "stopped" else _outcome_of(e)), str(e)
+        raise
+    finally:
+        result.seconds = time.monotonic() - started
+        if session is not None:
+            session.end(outcome, [str(r) for r in result.boot_runs + result.runs], error)
+    return result
+
+
+def _price(campaign: Campaign) -> dict[str, Any] | None:
+    path = campaign.stack_path(None)
+    if path is None:
+        return None
+    st = stackmod.load_stack(path, root=campaign.root)
+    return st.spec.price.model_dump() if st.spec.price else None
+
+
+def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
+                     port: int | None, env: dict[str, Any], marks: dict[str, Any], log: Callable[[str], None],
+                     result: CampaignResult) -> None:
+    k = campaign.spec.repeat_boots
+    servers = _Servers(campaign, data_root, url, port, env, marks, log)
+    try:
+        if k == 1:
+            for exp in experiments:
+                info = servers.get(exp, 0, 1) if exp.needs_server else servers.current()
+                result.runs.append(_run_one(campaign, exp, data_root, info, env, log, marks, (0, 1)))
+        else:
+            for i in range(k):
+                for exp in (e for e in experiments if e.needs_server):
+                    info = servers.get(exp, i, k)
+                    result.runs.append(_run_one(campaign, exp, data_root, info, env, log, marks, (i, k)))
+                # The next round starts from a fresh boot, even on the same variant.
+                servers.close()
+            for exp in (e for e in experiments if not e.needs_server):
+                result.runs.append(_run_one(campaign, exp, data_root, {}, env, log, marks, (None, k)))
+    finally:
+        servers.close()
+        result.boot_runs += servers.boot_runs
+        if servers.boot_runs:
+            result.boot_run = servers.boot_runs[0]
+
+
+def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: dict[str, Any],
+             env: dict[str, Any], log: Callable[[str], None], marks: dict[str, Any] | None = None,
+             boot: tuple[int | None, int] = (0, 1)) -> Path:
+    nb = campaign.notebook_path(exp)
+    marks = marks or {}
+    run = runs.new_run(
+        data_root, campaign.spec.name, exp.experiment, exp.parameters,
+        environment=env,
+        notebook={"path": str(nb.relative_to(campaign.root)) if nb.is_relative_to(campaign.root) else str(nb),
+                  "sha256": runs.sha256_file(nb), "output": OUTPUT_NOTEBOOK},
+        campaign_file={"path": str(campaign.file), "sha256": runs.sha256_file(campaign.file)},
+        server={k: v for k, v in server.items() if k != "stack"},
+        stack=server.get("stack"),
+        boot={"index": boot[0], "of": boot[1], "run": server.get("boot_run")},
+        host_load={"start": environment.host_load()},
+        **marks,
+    )
+    log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
+    params = {**exp.parameters, "base_url": server.get("url"), "run_dir": str(run.path),
+              "campaign": campaign.spec.name, "data_root": str(data_root)}
+    sampler = environment.LoadSampler()
+    try:
+        with sampler:
+            execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root)
+    except BaseException as e:
+        _finish(run, _outcome_of(e), sampler, error=str(e))
+        raise
+    _finish(run, "ok", sampler)
+    return run.path
+
+
+def _finish(run: runs.Run, outcome: str, sampler: environment.LoadSampler, error: str | None = None) -> None:
+    # How busy the machine was while the notebook measured: another server or test run on the same CPUs makes a
+    # measurement incomparable, and the manifest should say so.
+    current = _reload(run)
+    load = dict(current.manifest.get("host_load") or {})
+    load["end"] = environment.host_load()
+    load["during"] = sampler.summary()
+    current.finish(outcome, error=error, host_load=load)
+
+
+def _reload(run: runs.Run) -> runs.Run:
+    """The notebook may have added facts to the manifest (run.update); finish from what is on disk."""
+    return runs.attach_run(run.path)
+
+
+def _outcome_of(e: BaseException) -> str:
+    # A sweep ended by its declared stop rule is a stopped run, not a broken notebook.
+    cause = e.__cause__
+    if isinstance(e, KeyboardInterrupt) or getattr(cause, "ename", None) == "SweepStopped":
+        return "stopped"
+    return "failed"

@@ -1,0 +1,179 @@
+"""Subcommands for running the study on a pod: ``stack install``/``stack check``, ``boots list`` and
+``campaign ledger``. Handlers and help texts live here so that the shared ``cli`` module only gains a call to
+:func:`add_parsers`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+from offload_lab.cli.common import print_json as _print_json
+
+
+# --- stack -------------------------------------------------------------------------------------------------------
+
+def cmd_stack_install(args: argparse.Namespace) -> int:
+    from offload_lab.server import install
+    from offload_lab.server import stack
+
+    st = stack.load_stack(args.file)
+    plan = install.plan_install(st, skip_preflight=args.skip_preflight, skip_model=args.skip_model)
+    if args.dry_run:
+        sys.stdout.write(plan.render(allow_unpinned=args.allow_unpinned))
+        return 0
+    record = install.run_install(plan, allow_unpinned=args.allow_unpinned)
+    print(f"stack {st.spec.name} installed into {plan.venv}")
+    for name, commit in record["commits"].items():
+        print(f"  {name}: {commit}")
+    for key, p in record["patches"].items():
+        print(f"  patch {key}: sha256 {p.get('sha256')}")
+        for f, h in (p.get("receipts") or {}).items():
+            print(f"    receipt {f}: {h}")
+    if record["unpinned"]:
+        print("installed with unpinned items (--allow-unpinned); pin them in the stack file from the values above")
+    return 0
+
+
+def cmd_stack_check(args: argparse.Namespace) -> int:
+    from offload_lab.server import stack
+
+    st = stack.load_stack(args.file)
+    unpinned = stack.unpinned_items(st.spec)
+    out = {"stack": st.spec.name, "file": str(st.file), "extends": st.spec.extends,
+           "command": stack.server_command(st, "127.0.0.1", 8000),
+           "env": {k: v for k, v in stack.server_env(st).items()},
+           "plan": str(st.plan_path) if st.plan_path else None,
+           "price": st.spec.price.model_dump() if st.spec.price else None, "unpinned": unpinned}
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"stack file {args.file} is valid ({st.spec.name})")
+    print("  server command: " + " ".join(out["command"]))
+    for k, v in out["env"].items():
+        print(f"  env {k}={'(unset)' if v is None else v}")
+    if out["price"]:
+        print(f"  price: {out['price']['per_hour']} {out['price']['currency']} an hour ({out['price']['source']})")
+    if unpinned:
+        print(f"  unpinned ({len(unpinned)}); `stack install` refuses without --allow-unpinned:")
+        for u in unpinned:
+            print(f"    - {u}")
+    else:
+        print("  every part, patch, download and plan is pinned")
+    return 0
+
+
+# --- boots -------------------------------------------------------------------------------------------------------
+
+def cmd_boots_list(args: argparse.Namespace) -> int:
+    from offload_lab.core import runs
+
+    rows = []
+    for run_dir in runs.iter_runs(Path(args.data_dir), args.campaign, "boots"):
+        m = runs.load_manifest(run_dir)
+        boot_file = run_dir / "boot.json"
+        boot = json.loads(boot_file.read_text()) if boot_file.is_file() else {}
+        rows.append({"run": run_dir.name, "started_at": m.get("started_at"),
+                     "stack": (m.get("parameters") or {}).get("stack"),
+                     "variant": (m.get("parameters") or {}).get("boot") or (m.get("parameters") or {}).get("variant"),
+                     "outcome": boot.get("outcome", m.get("outcome")), "expected": boot.get("expected"),
+                     "startup_s": boot.get("startup_s"), "evidence": boot.get("evidence")})
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print(f"no boots under {Path(args.data_dir) / args.campaign}")
+    for r in rows:
+        expected = "" if r["expected"] is None else f" (expected {r['expected']})"
+        print(f"{r['run']}  {r['stack'] or '-'}{'/' + r['variant'] if r['variant'] else ''}: {r['outcome']}"
+              f"{expected}" + (f" after {r['startup_s']:.0f} s" if r["startup_s"] is not None else ""))
+        if r["evidence"] and r["outcome"] != "ready":
+            print(f"    {r['evidence'][:160]}")
+    return 0
+
+
+# --- ledger ------------------------------------------------------------------------------------------------------
+
+def cmd_campaign_ledger(args: argparse.Namespace) -> int:
+    from offload_lab.campaigns import ledger
+
+    sessions = ledger.read_ledger(Path(args.data_dir), args.campaign)
+    tot = ledger.totals(sessions)
+    if args.json:
+        _print_json({"sessions": sessions, "totals": tot})
+        return 0
+    for s in sessions:
+        pod = s.get("pod") or {}
+        gpus = f"{pod.get('gpu_count')} x {pod['gpus'][0]}" if pod.get("gpus") else "no GPU"
+        if s.get("open"):
+            print(f"{s['session']}  {s['started_at']}  OPEN (no end recorded)  pod {pod.get('name') or '-'} ({gpus})")
+            continue
+        cost = "-" if s.get("cost") is None else f"{s['cost']:.2f} {s['currency']}"
+        print(f"{s['session']}  {s['started_at']} -> {s['ended_at']}  {s['minutes']:.1f} min  {cost}  "
+              f"{s['outcome']}  pod {pod.get('name') or '-'} ({gpus})")
+    costs = ", ".join(f"{v:.2f} {k}" for k, v in tot["cost"].items()) or "no priced session"
+    print(f"{tot['sessions']} session(s), {tot['open']} open; {tot['minutes']:.1f} minutes; {costs}")
+    return 0
+
+
+def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
+    """Register ``stack`` and ``boots`` on the top-level subparsers, and ``ledger`` under ``campaign``."""
+    pst = sub.add_parser("stack", help="install or check a stack file (the server's environment, model and plan)",
+                         description="Stack files (configs/stacks/*.yaml) pin every part of a server: packages and "
+                                     "git commits, patches with their sha256 and receipts, model revisions, plans, "
+                                     "flags and environment.")
+    ssub = pst.add_subparsers(dest="stack_command", metavar="ACTION")
+    pi = ssub.add_parser(
+        "install", help="build a stack's environment on a pod: parts, patches (receipts checked), model, plans",
+        description="Create the stack's virtual environment; install its PyPI parts at their versions; clone its git "
+                    "parts at their commits, check each patch's sha256, apply it, and check the receipts (the "
+                    "sha256 of every patched file after patching) against the stack file: a mismatch stops the "
+                    "install. Then build the parts, download the model at its pinned revisions (a token only from "
+                    "$HF_TOKEN) and make the plan files. Writes offload-lab-install.json into the environment; "
+                    "every boot copies it into boot.json. Refuses a stack with unpinned items unless "
+                    "--allow-unpinned. Exit status 2 for a refused or invalid stack, 4 for a failed step.")
+    pi.add_argument("file", help="stack file, e.g. configs/stacks/study-pod.yaml")
+    pi.add_argument("--dry-run", action="store_true",
+                    help="print every command and check it would run, as a shell script, and run nothing")
+    pi.add_argument("--allow-unpinned", action="store_true",
+                    help="install although parts are unpinned (short commits, no receipts); the install record "
+                         "lists what was installed so the stack file can be pinned from it")
+    pi.add_argument("--skip-preflight", action="store_true", help="skip the stack's preflight commands (nvidia-smi)")
+    pi.add_argument("--skip-model", action="store_true", help="skip downloading the model (already in place)")
+    pi.set_defaults(func=cmd_stack_install)
+    pk = ssub.add_parser("check", help="validate a stack file; print its server command, plan, price, unpinned items",
+                         description="Load a stack file (following `extends`), validate it, and print the server "
+                                     "command it starts, the environment variables it sets (the plan file's among "
+                                     "them), its price and every item that is not pinned.")
+    pk.add_argument("file", help="stack file")
+    pk.add_argument("--json", action="store_true", help="print JSON (keys command, env, plan, price, unpinned)")
+    pk.set_defaults(func=cmd_stack_check)
+
+    pb = sub.add_parser("boots", help="list a campaign's boots and how each ended",
+                        description="Boots are data: every server start is a run of experiment 'boots' with its "
+                                    "log and boot.json (outcome: ready, oom_load, oom_kv_cache, init_failure, exited, "
+                                    "timeout, died_first_request, probe_failed).")
+    bsub = pb.add_subparsers(dest="boots_command", metavar="ACTION")
+    pbl = bsub.add_parser("list", help="one line per boot: stack, variant, outcome, expected outcome, startup time",
+                          description="List the boots of a campaign with the log line that decided each failure.")
+    pbl.add_argument("--campaign", required=True, help="campaign name (a directory under the data root)")
+    pbl.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
+    pbl.add_argument("--json", action="store_true", help="print JSON")
+    pbl.set_defaults(func=cmd_boots_list)
+
+    if campaign_sub is not None:
+        pl = campaign_sub.add_parser(
+            "ledger", help="the campaign's sessions: pod, start, end, minutes and cost at the stack's price",
+            description="Read <data>/<campaign>/ledger.jsonl (append-only; one start and one end line per "
+                        "`campaign run`) and print each session and the totals; a session without an end line is "
+                        "shown as open and not counted.")
+        pl.add_argument("campaign", help="campaign name, e.g. study-pod")
+        pl.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
+        pl.add_argument("--json", action="store_true", help="print JSON (sessions and totals)")
+        pl.set_defaults(func=cmd_campaign_ledger)
+
+
+__all__ = ["add_parsers"]

@@ -1,0 +1,129 @@
+"""What the ``offload-lab quality ...`` subcommands do; ``cli.py`` parses the flags and calls these."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from offload_lab.core import runs
+from offload_lab.core.errors import InputError
+from offload_lab.quality import EXPERIMENT, SIDE_EXPERIMENT, data, humaneval, paired, subsets
+from offload_lab.experiments.quality import runner as experiment
+
+
+def parse_max_tokens(text: str | None) -> dict[str, int]:
+    """``gsm8k=1024,ifeval=1280`` to a dict; a bare number applies to every benchmark."""
+    if not text:
+        return {}
+    if text.isdigit():
+        return {b: int(text) for b in data.BENCHMARKS}
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name not in data.BENCHMARKS or not value.isdigit():
+            raise InputError(f"--max-tokens {text!r}: use N or BENCH=N[,BENCH=N] with BENCH in {data.BENCHMARKS}")
+        out[name] = int(value)
+    return out
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    """Rows as JSON-safe dicts: NaN (a metric that does not apply) becomes null."""
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")]
+
+
+def _benchmarks(text: str) -> list[str]:
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    if "all" in names:
+        return list(data.BENCHMARKS)
+    unknown = [b for b in names if b not in data.BENCHMARKS]
+    if unknown or not names:
+        raise InputError(f"--benchmark {text!r}: choose from {', '.join(data.BENCHMARKS)} (comma-separated) or all")
+    return names
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    endpoint: dict[str, Any] = {"label": args.label, "url": args.endpoint, "kind": args.kind,
+                                "concurrency": args.concurrency, "retries": args.retries, "timeout_s": args.timeout}
+    for key, value in (("model", args.model), ("api_key_env", args.api_key_env), ("seed", args.seed)):
+        if value is not None:
+            endpoint[key] = value
+    params = experiment.QualityParams(
+        benchmarks=_benchmarks(args.benchmark), limit=args.limit, replicates=args.replicates,
+        max_tokens=parse_max_tokens(args.max_tokens), local=endpoint, datasets=args.datasets,
+        allow_download=args.download, on_canary_failure=args.on_canary_failure, exec_timeout_s=args.exec_timeout,
+    )
+    spec = experiment.local_spec(args.endpoint, params)
+    from offload_lab.core.environment import capture_environment
+
+    r = runs.new_run(args.data_dir, args.campaign, SIDE_EXPERIMENT, params.model_dump(),
+                     environment=capture_environment(), quality={"endpoint": spec.record()})
+    try:
+        side = experiment.run_side(r.path, spec, params, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except BaseException as e:
+        r.finish("stopped" if isinstance(e, KeyboardInterrupt) else "failed", error=str(e))
+        raise
+    r.finish("ok", quality={"endpoint": spec.record(), "valid": side.valid, "invalid_reasons": side.reasons})
+    return {"run": str(r.path), "side": str(side.path), "valid": side.valid, "invalid_reasons": side.reasons,
+            "summary": _records(side.summary) if side.summary is not None else None}
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    from offload_lab.core.environment import capture_environment
+
+    inputs = {"reference": str(Path(args.reference).resolve()), "local": str(Path(args.local).resolve())}
+    r = runs.new_run(args.data_dir, args.campaign, EXPERIMENT,
+                     {"reference": inputs["reference"], "local": inputs["local"], "resamples": args.resamples,
+                      "seed": args.seed}, environment=capture_environment())
+    try:
+        dirs = {role: experiment.copy_side(Path(p), r.path, role) for role, p in inputs.items()}
+        # Provenance of the copies: which run each came from, with that run's manifest hash when it has one.
+        sources = {}
+        for role, p in inputs.items():
+            run_dir = next((q for q in [Path(p), *Path(p).parents] if (q / runs.MANIFEST).is_file()), None)
+            sources[role] = {"path": p, "run": str(run_dir) if run_dir else None,
+                             "manifest_sha256": runs.sha256_file(run_dir / runs.MANIFEST) if run_dir else None}
+        r.update(quality={"inputs": sources, "valid": True})
+        table = experiment.write_comparison(r.path, dirs["reference"], dirs["local"], args.resamples, args.seed)
+    except BaseException as e:
+        r.finish("stopped" if isinstance(e, KeyboardInterrupt) else "failed", error=str(e))
+        raise
+    r.finish("ok")
+    return {"run": str(r.path), "comparison": _records(table)}
+
+
+def paired_counts(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        t = paired.Table.from_counts(args.n, args.b, args.c, args.a)
+    except ValueError as e:
+        raise InputError(f"quality paired: {e}") from e
+    return paired.analyse(t, args.resamples, args.seed).to_json()
+
+
+def subset(args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = []
+    for b in _benchmarks(args.benchmark):
+        if args.write:
+            ids = [it.item_id for it in data.items(b, args.datasets, args.download)]
+            s = subsets.choose(b, ids, args.n or subsets.SIZES[b], args.seed)
+            path = subsets.write(s)
+            out.append({"benchmark": b, "written": str(path), "n": s.n, "seed": s.seed})
+            continue
+        stored = subsets.load(b)
+        again = subsets.rederive(b, args.datasets, args.download)
+        same = again.ids == stored.ids
+        out.append({"benchmark": b, "n": stored.n, "seed": stored.seed, "reproduced": same})
+        if not same:
+            raise InputError(f"the stored {b} subset is not what seed {stored.seed} draws from the pinned file")
+    return out
+
+
+def selfcheck(args: argparse.Namespace) -> dict[str, Any]:
+    check = humaneval.self_check([it.fields for it in data.humaneval_items()], args.exec_timeout)
+    if not check.ok:
+        raise InputError(f"HumanEval scorer self-check failed: {json.dumps(check.to_json())}")
+    return check.to_json()

@@ -1,0 +1,339 @@
+"""Run directories: where every measurement lands, and the manifest that vouches for it.
+
+A run lives at ``<data_root>/<campaign>/<experiment>/<run_id>/`` and is never overwritten. Its ``manifest.json`` is
+written when the run starts (outcome ``running``) so that a run that crashes is still on disk and marked; it is
+rewritten atomically when the run ends, with the sha256 of every other file in the directory. Raw events go to
+append-only JSON Lines files; derived tables can always be recomputed from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import orjson
+
+from offload_lab.core.errors import InputError
+
+MANIFEST = "manifest.json"
+SCHEMA_VERSION = 1
+OUTCOMES = ("running", "ok", "failed", "stopped")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_run_id() -> str:
+    # Time first so that a listing sorts by start; random tail so two runs started in the same second differ.
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same directory and rename it, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_savefig(fig: Any, path: Path | str, **kwargs: Any) -> None:
+    """Save a matplotlib figure through a temporary file and a rename, like every other file of a run."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format=kwargs.pop("format", path.suffix.lstrip(".")), **kwargs)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def git_state(start: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the repository holding ``start`` (the working directory by default)."""
+    cwd = str(start or Path.cwd())
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def check_name(kind: str, value: str) -> str:
+    if not _NAME_RE.match(value or ""):
+        raise InputError(
+            f"{kind} name {value!r} is not usable as a directory name: use letters, digits, '_', '.' and '-'"
+        )
+    return value
+
+
+class EventLog:
+    """Append-only JSON Lines; each line is flushed as it is written so that a crash loses at most one event."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def append(self, event: dict[str, Any]) -> None:
+        # orjson: a load level appends one event per request at its boundaries, on the measuring event loop.
+        self._f.write(orjson.dumps(event, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Read a JSON Lines file; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    events = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break
+            raise InputError(f"{path}:{i + 1}: not a JSON line ({e}); the event log is damaged") from e
+    return events
+
+
+@dataclass
+class Run:
+    """A run directory being written. Create with :func:`new_run`; end with :meth:`finish`."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest["run_id"]
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def events(self, name: str = "events.jsonl") -> EventLog:
+        return EventLog(self.path / name)
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        atomic_write_json(self.path / name, obj)
+        return self.path / name
+
+    def write_text(self, name: str, text: str) -> Path:
+        atomic_write_text(self.path / name, text)
+        return self.path / name
+
+    def write_table(self, name: str, frame: Any) -> Path:
+        """Write a pandas DataFrame as CSV (``.csv``) or Parquet (``.parquet``), atomically."""
+        target = self.path / name
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=self.path)
+        os.close(fd)
+        try:
+            if name.endswith(".parquet"):
+                frame.to_parquet(tmp, index=False)
+            else:
+                frame.to_csv(tmp, index=False)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def update(self, **fields: Any) -> None:
+        """Merge fields into the manifest and write it now (used for facts learnt mid-run)."""
+        self.manifest.update(fields)
+        atomic_write_json(self.path / MANIFEST, self.manifest)
+
+    def finish(self, outcome: str = "ok", error: str | None = None, **fields: Any) -> dict[str, Any]:
+        if outcome not in OUTCOMES or outcome == "running":
+            raise ValueError(f"outcome must be one of ok, failed, stopped, not {outcome!r}")
+        self.manifest.update(fields)
+        self.manifest["outcome"] = outcome
+        self.manifest["error"] = error
+        self.manifest["ended_at"] = utc_now()
+        self.manifest["files"] = hash_files(self.path)
+        atomic_write_json(self.path / MANIFEST, self.manifest)
+        return self.manifest
+
+
+def hash_files(run_dir: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(Path(run_dir).rglob("*")):
+        if not p.is_file() or p.name == MANIFEST or p.name.startswith("."):
+            continue
+        rel = p.relative_to(run_dir).as_posix()
+        out[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+    return out
+
+
+def new_run(
+    data_root: Path | str,
+    campaign: str,
+    experiment: str,
+    parameters: dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    environment: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Run:
+    """Create a fresh run directory and its initial manifest. An existing directory is never reused."""
+    check_name("campaign", campaign)
+    check_name("experiment", experiment)
+    run_id = run_id or new_run_id()
+    check_name("run id", run_id)
+    path = Path(data_root) / campaign / experiment / run_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        raise InputError(f"run directory {path} already exists; runs are never overwritten, choose another run id")
+    manifest: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "run_id": run_id,
+        "campaign": campaign,
+        "experiment": experiment,
+        "parameters": parameters or {},
+        "started_at": utc_now(),
+        "ended_at": None,
+        "outcome": "running",
+        "error": None,
+        "git": git_state(),
+    }
+    if environment is not None:
+        manifest["environment"] = environment
+    manifest.update(fields)
+    atomic_write_json(path / MANIFEST, manifest)
+    return Run(path=path, manifest=manifest)
+
+
+def load_manifest(run_dir: Path | str) -> dict[str, Any]:
+    p = Path(run_dir) / MANIFEST
+    if not p.is_file():
+        raise InputError(f"{run_dir} has no {MANIFEST}: not a run directory")
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def verify_run(run_dir: Path | str) -> list[str]:
+    """Problems with a finished run: files missing, changed, or added since the manifest was written."""
+    run_dir = Path(run_dir)
+    manifest = load_manifest(run_dir)
+    problems = []
+    recorded = manifest.get("files") or {}
+    actual = hash_files(run_dir)
+    for rel, meta in recorded.items():
+        if rel not in actual:
+            problems.append(f"{run_dir / rel}: listed in the manifest but missing")
+        elif actual[rel]["sha256"] != meta["sha256"]:
+            problems.append(f"{run_dir / rel}: sha256 differs from the manifest (the file was changed)")
+    for rel in actual.keys() - recorded.keys():
+        problems.append(f"{run_dir / rel}: not listed in the manifest (added after the run ended)")
+    return problems
+
+
+def iter_runs(data_root: Path | str, campaign: str, experiment: str | None = None) -> Iterator[Path]:
+    base = Path(data_root) / campaign
+    experiments: Iterable[Path] = [base / experiment] if experiment else sorted(p for p in base.glob("*") if p.is_dir())
+    for exp in experiments:
+        if not exp.is_dir():
+            continue
+        for run_dir in sorted(exp.iterdir()):
+            if (run_dir / MANIFEST).is_file():
+                yield run_dir
+
+
+def latest_run(data_root: Path | str, campaign: str, experiment: str, outcome: str | None = "ok") -> Path | None:
+    """The newest run of an experiment (by run id, which starts with the UTC start time) with the given outcome."""
+    best = None
+    for run_dir in iter_runs(data_root, campaign, experiment):
+        if outcome is None or load_manifest(run_dir).get("outcome") == outcome:
+            best = run_dir
+    return best
+
+
+def attach_run(run_dir: Path | str) -> Run:
+    """Reopen a run that another process created (the campaign runner hands its run directory to a notebook)."""
+    path = Path(run_dir)
+    return Run(path=path, manifest=load_manifest(path))
+
+
+def open_run(run_dir: Path | str | None, data_root: Path | str, campaign: str, experiment: str,
+             parameters: dict[str, Any]) -> tuple[Run, bool]:
+    """The run a notebook writes into, and whether the notebook owns it (must finish it itself).
+
+    Under the campaign runner ``run_dir`` is given and the runner finishes the run; run by hand in Jupyter it is
+    None and the notebook makes and finishes its own run.
+    """
+    if run_dir:
+        return attach_run(run_dir), False
+    from offload_lab.core.environment import capture_environment
+
+    return new_run(data_root, campaign, experiment, parameters, environment=capture_environment()), True
+
+
+@contextlib.contextmanager
+def finishing(run: Run, stopped: tuple[type[BaseException], ...] = (KeyboardInterrupt,)) -> Iterator[Run]:
+    """Finish a run however the block ends: ``ok``, ``stopped`` for the exceptions named, ``failed`` otherwise;
+    the exception goes on. Nothing a failed run wrote is removed."""
+    try:
+        yield run
+    except BaseException as e:
+        run.finish("stopped" if isinstance(e, stopped) else "failed", error=str(e))
+        raise
+    run.finish("ok")
+
+
+def finishing_if_owned(run: Run, owned: bool,
+                       stopped: tuple[type[BaseException], ...] = (KeyboardInterrupt,)) -> Any:
+    """For notebooks: finish the run at the end of the block when the notebook made it (run by hand); under the
+    campaign runner, which finishes it, do nothing."""
+    return finishing(run, stopped) if owned else contextlib.nullcontext(run)

@@ -1,0 +1,435 @@
+"""Claims of the paper's section on seats and cost, from the ``capacity`` and ``cost`` experiments' runs.
+
+They are declared into :data:`SECTION`, not straight into :data:`offload_lab.paper.claims.REGISTRY`, so that importing
+this module changes nothing else; ``offload_lab.paper.claims`` adds them to the paper's registry with
+``REGISTRY.update(claims_capacity.SECTION)``. Each claim reads only the files it cites, from the latest ok run of its
+experiment; the values were computed by :mod:`offload_lab.experiments.capacity.runner` and :mod:`offload_lab.experiments.cost.runner`
+from the campaign's published figures.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from offload_lab.paper.claims import ClaimDef, Sources
+from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
+from offload_lab.paper.claims import claim as _claim
+
+CAP = "capacity"
+COST = "cost"
+SECTION: dict[str, ClaimDef] = {}
+claim = functools.partial(_claim, registry=SECTION)
+
+
+def fmt_pct_sig(digits: int) -> Callable[[Any], str]:
+    """A small probability as a percentage with ``digits`` significant figures: 0.00656 → 0.66%."""
+    sig = fmt_sig(digits)
+    return lambda v: sig(100 * float(v)) + "%"
+
+
+def fmt_eur(value: Any) -> str:
+    return f"{float(value):,.2f}"
+
+
+def fmt_list(value: Any) -> str:
+    items = [f"{int(x):,}" for x in value]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _row(frame: Any, **where: Any) -> Any:
+    sel = frame
+    for col, val in where.items():
+        sel = sel[(sel[col] - val).abs() < 1e-12] if isinstance(val, float) else sel[sel[col] == val]
+    if len(sel) != 1:
+        raise ValueError(f"expected one row where {where}, found {len(sel)}")
+    return sel.iloc[0]
+
+
+def _values(src: Sources) -> dict[str, Any]:
+    return src.json("inputs.json")["values"]
+
+
+# -- capacity: inputs as used ---------------------------------------------------------------------------------------
+
+@claim("capacity.q", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(1), unit="probability")
+def _q(src: Sources) -> float:
+    """q used by the seat models: the chance a developer is generating at a moment of the window."""
+    return float(_values(src)["q"])
+
+
+@claim("capacity.q_source", experiment=CAP, files=["inputs.json"], fmt="{}", unit="")
+def _q_source(src: Sources) -> str:
+    """Where q came from: the published figure or this project's timing of the profile."""
+    return "the published figure" if _values(src)["q_source"] == "published" else "this project's timing"
+
+
+@claim("capacity.alpha", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(0), unit="probability")
+def _alpha(src: Sources) -> float:
+    """The seat rule's α: accepted chance that more developers generate at once than there are streams."""
+    return float(_values(src)["alpha"])
+
+
+@claim("capacity.alpha_also", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(0), unit="probability")
+def _alpha_also(src: Sources) -> float:
+    """The second α the study reports."""
+    return float(_values(src)["alpha_also"])
+
+
+@claim("capacity.streams_per_pod", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="streams")
+def _streams(src: Sources) -> int:
+    """Streams a pod serves at the bar (published)."""
+    return int(_values(src)["streams_per_pod"])
+
+
+@claim("capacity.streams_at_bar_table", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="streams")
+def _streams_table(src: Sources) -> int:
+    """Streams at the bar with the published margin, recomputed from the published agent-turn table."""
+    return int(_values(src)["streams_at_bar_from_table"])
+
+
+@claim("capacity.bar_tok_s", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="tokens/s")
+def _bar(src: Sources) -> float:
+    """The bar: median output tokens per second per stream."""
+    return float(_values(src)["bar_tok_s"])
+
+
+@claim("capacity.team_sizes", experiment=CAP, files=["inputs.json"], fmt=fmt_list, unit="developers")
+def _teams(src: Sources) -> list[int]:
+    """Team sizes the study costs."""
+    return [int(t) for t in _values(src)["team_sizes"]]
+
+
+def _team_size(rank: int) -> Callable[[Sources], int]:
+    def f(src: Sources) -> int:
+        teams = sorted(int(t) for t in _values(src)["team_sizes"])
+        if len(teams) != 3:
+            raise ValueError(f"the text names a small, a medium and a large team; the study costs {teams}")
+        return teams[rank]
+
+    return f
+
+
+for _rank, _word in enumerate(("small", "medium", "large")):
+    claim(f"teams.{_word}", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="developers",
+          description=f"The {_word} team size the study costs")(_team_size(_rank))
+
+
+@claim("capacity.turn_seconds", experiment=CAP, files=["inputs.json"], fmt=fmt_sig(2), unit="s")
+def _turn(src: Sources) -> float:
+    """Seconds one agent reply takes at the bar (published reply length over the bar)."""
+    return float(_values(src)["turn_seconds"])
+
+
+# -- capacity: the profile -------------------------------------------------------------------------------------------
+
+def _computed(src: Sources) -> dict[str, Any]:
+    return src.json("profile.json")["computed"]
+
+
+def _published(src: Sources, key: str) -> float:
+    pub = src.json("profile.json")["published"] or {}
+    if pub.get(key) is None:
+        raise ValueError(f"the profile states no published {key}")
+    return float(pub[key])
+
+
+@claim("profile.hours_generating", experiment=CAP, files=["profile.json"], fmt=fmt_sig(2), unit="hours")
+def _hours(src: Sources) -> float:
+    """Hours a week generating, timed by this project from the profile's tokens."""
+    return float(_computed(src)["hours_generating"])
+
+
+@claim("profile.hours_generating_published", experiment=CAP, files=["profile.json"], fmt=fmt_sig(2), unit="hours")
+def _hours_pub(src: Sources) -> float:
+    """Hours a week generating, as published."""
+    return _published(src, "hours_generating")
+
+
+@claim("profile.fraction_of_week", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="fraction")
+def _fraction(src: Sources) -> float:
+    """Share of the week spent generating, computed here."""
+    return float(_computed(src)["fraction_of_period"])
+
+
+@claim("profile.q_computed", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="probability")
+def _q_computed(src: Sources) -> float:
+    """q computed by this project from the profile's tokens and the bar."""
+    return float(_computed(src)["q"])
+
+
+@claim("profile.q_published", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="probability")
+def _q_pub(src: Sources) -> float:
+    """q as published."""
+    return _published(src, "q")
+
+
+@claim("profile.written_tokens", experiment=CAP, files=["profile.json"], fmt=lambda v: f"{float(v) / 1e3:,.0f}",
+       unit="thousand tokens")
+def _written(src: Sources) -> float:
+    """Tokens written in the week (output and new input), in thousands, from the total and the re-read ratio."""
+    c = _computed(src)
+    return float(c["output_tokens"]) + float(c["new_input_tokens"])
+
+
+@claim("profile.window_hours", experiment=CAP, files=["profile.json"], fmt=fmt_int, unit="hours")
+def _window(src: Sources) -> float:
+    """Hours of working window in the profile's week (active days times the daily window)."""
+    return float(_computed(src)["window_hours_in_period"])
+
+
+# -- capacity: seats and pods ----------------------------------------------------------------------------------------
+
+def _seats_at(alpha: float) -> Callable[[Sources], int]:
+    return lambda src: int(_row(src.csv("seats.csv"), alpha=alpha, rho=0.0)["seats"])
+
+
+claim("seats.alpha_1pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
+      description="The largest team one pod serves with α = 1% (binomial)")(_seats_at(0.01))
+claim("seats.alpha_5pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
+      description="The largest team one pod serves with α = 5% (binomial)")(_seats_at(0.05))
+
+
+def _team_value(column: str, team: int, alpha: float) -> Callable[[Sources], Any]:
+    return lambda src: _row(src.csv("teams.csv"), alpha=alpha, team=team, label="published")[column]
+
+
+for _n in (20, 100, 250):
+    claim(f"pods.team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
+          description=f"Pods (streams pooled) for a team of {_n} with α = 1%")(_team_value("pods", _n, 0.01))
+    claim(f"pods.team_{_n}_alpha_5pct", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
+          description=f"Pods (streams pooled) for a team of {_n} with α = 5%")(_team_value("pods", _n, 0.05))
+    claim(f"pods.partitioned_team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
+          description=f"Pods for a team of {_n} with each developer pinned to one pod, α = 1%")(
+        _team_value("pods_partitioned", _n, 0.01))
+    claim(f"streams.team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="streams",
+          description=f"Streams a team of {_n} needs with α = 1%")(_team_value("streams_needed", _n, 0.01))
+
+
+@claim("pods.team_250_overflow", experiment=CAP, files=["teams.csv"], fmt=fmt_pct_sig(2), unit="probability")
+def _overflow_250(src: Sources) -> float:
+    """Chance that more of a team of 250 generate at once than its pods have streams (α = 1%)."""
+    return float(_row(src.csv("teams.csv"), alpha=0.01, team=250, label="published")["overflow_probability"])
+
+
+@claim("pods.curve_max_team", experiment=CAP, files=["manifest.json"], fmt=fmt_int, unit="developers")
+def _curve_max_team(src: Sources) -> int:
+    """Pods were computed for every team size up to this."""
+    return int(src.parameters["max_team"])
+
+
+# -- capacity: volume ------------------------------------------------------------------------------------------------
+
+def _volume(column: str, utilization: float) -> Callable[[Sources], Any]:
+    return lambda src: _row(src.csv("volume.csv"), utilization=utilization)[column]
+
+
+claim("volume.seats_full", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="developers",
+      description="Developers one pod's monthly output covers at full utilization")(
+    lambda src: int(_volume("seats_by_volume", 1.0)(src)))
+claim("volume.seats_half", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="developers",
+      description="Developers one pod's monthly output covers at half utilization")(
+    lambda src: int(_volume("seats_by_volume", 0.5)(src)))
+claim("volume.gap_full", experiment=CAP, files=["volume.csv"], fmt=lambda v: f"{float(v):.0f}", unit="ratio",
+      description="Seats by volume at full utilization over seats by concurrency at α = 1%")(
+    lambda src: float(_volume("volume_over_concurrency", 1.0)(src)))
+claim("volume.pod_output_tok_s", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="tokens/s",
+      description="A pod's total output rate with four agents (published)")(
+    lambda src: float(_volume("pod_output_tok_s", 1.0)(src)))
+claim("volume.pod_tokens_per_month", experiment=CAP, files=["volume.csv"],
+      fmt=lambda v: f"{float(v) / 1e6:,.0f}", unit="million tokens",
+      description="A pod's output over a month at full utilization, in millions of tokens")(
+    lambda src: float(_volume("pod_output_tokens_per_month", 1.0)(src)))
+claim("volume.hours_per_month", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="hours",
+      description="Hours in the month the volume figures use")(
+    lambda src: float(_volume("hours_per_month", 1.0)(src)))
+claim("volume.developer_tokens_per_month", experiment=CAP, files=["volume.csv"],
+      fmt=lambda v: f"{float(v) / 1e6:,.2f}", unit="million tokens",
+      description="One developer's written tokens over a month, in millions")(
+    lambda src: float(_volume("developer_output_tokens_per_month", 1.0)(src)))
+
+
+# -- capacity: correlation -------------------------------------------------------------------------------------------
+
+def _rho_example(src: Sources) -> float:
+    return float(src.parameters.get("rho_example", 0.05))
+
+
+@claim("correlation.rho_example", experiment=CAP, files=["manifest.json"], fmt="{:g}", unit="")
+def _rho(src: Sources) -> float:
+    """The intra-team correlation the text uses as its example."""
+    return _rho_example(src)
+
+
+@claim("correlation.seats_rho_example", experiment=CAP, files=["correlation.csv", "manifest.json"], fmt=fmt_int,
+       unit="developers")
+def _seats_rho(src: Sources) -> int:
+    """The largest team one pod serves with α = 1% at the example correlation (beta-binomial)."""
+    return int(_row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=0.01)["seats_per_pod"])
+
+
+@claim("correlation.pods_team_250_rho_example", experiment=CAP, files=["correlation.csv", "manifest.json"],
+       fmt=fmt_int, unit="pods")
+def _pods_rho(src: Sources) -> int:
+    """Pods for a team of 250 with α = 1% at the example correlation."""
+    return int(_row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=0.01)["pods_team_250"])
+
+
+@claim("correlation.rho_max", experiment=CAP, files=["correlation.csv"], fmt="{:g}", unit="")
+def _rho_max(src: Sources) -> float:
+    """The largest intra-team correlation tabulated."""
+    return float(src.csv("correlation.csv")["rho"].max())
+
+
+@claim("correlation.seats_rho_max", experiment=CAP, files=["correlation.csv"], fmt=fmt_int, unit="developers")
+def _seats_rho_max(src: Sources) -> int:
+    """The largest team one pod serves with α = 1% at the largest correlation tabulated."""
+    f = src.csv("correlation.csv")
+    return int(_row(f, rho=float(f["rho"].max()), alpha=0.01)["seats_per_pod"])
+
+
+# -- capacity: simulation --------------------------------------------------------------------------------------------
+
+def _sim(column: str, scenario: str) -> Callable[[Sources], Any]:
+    return lambda src: _row(src.csv("simulation.csv"), scenario=scenario)[column]
+
+
+claim("sim.days", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="days",
+      description="Working days simulated")(lambda src: int(_sim("days", "independent")(src)))
+claim("sim.weeks", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="weeks",
+      description="Weeks simulated")(lambda src: int(_sim("weeks", "independent")(src)))
+claim("sim.developers", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="developers",
+      description="Team size simulated")(lambda src: int(_sim("developers", "independent")(src)))
+claim("sim.streams", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="streams",
+      description="Streams of the simulated team's pods (α = 1%, binomial)")(
+    lambda src: int(_sim("streams", "independent")(src)))
+claim("sim.step_seconds", experiment=CAP, files=["simulation.csv"], fmt=fmt_sig(2), unit="s",
+      description="Time step of the simulation")(lambda src: float(_sim("step_seconds", "independent")(src)))
+claim("sim.session_hours", experiment=CAP, files=["simulation.csv"], fmt=fmt_sig(2), unit="hours",
+      description="Session length assumed in the simulation")(lambda src: float(_sim("session_hours", "sessions")(src)))
+for _sc in ("independent", "sessions", "shared_days", "shared_schedule"):
+    claim(f"sim.overflow_{_sc}", experiment=CAP, files=["simulation.csv"], fmt=fmt_pct_sig(2), unit="probability",
+          description=f"Simulated share of the window with more generating than streams ({_sc})")(
+        _sim("simulated_overflow", _sc))
+    claim(f"sim.closed_{_sc}", experiment=CAP, files=["simulation.csv"], fmt=fmt_pct_sig(2), unit="probability",
+          description=f"The closed form's P(more generating than streams) for the {_sc} scenario")(
+        _sim("closed_form_overflow", _sc))
+    claim(f"sim.se_{_sc}", experiment=CAP, files=["simulation.csv"], fmt=fmt_pct_sig(1), unit="probability",
+          description=f"Standard error of the simulated share ({_sc}), from the spread between days")(
+        _sim("standard_error", _sc))
+    claim(f"sim.overload_seconds_{_sc}", experiment=CAP, files=["simulation.csv"], fmt=fmt_sig(2), unit="s",
+          description=f"Mean length of an overload in the simulation ({_sc})")(_sim("mean_overload_seconds", _sc))
+    claim(f"sim.days_with_overflow_{_sc}", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="days",
+          description=f"Simulated days with at least one overload ({_sc})")(
+        lambda src, _sc=_sc: int(_sim("days_with_overflow", _sc)(src)))
+
+
+# -- cost --------------------------------------------------------------------------------------------------------------
+
+def _cost(key: str) -> Callable[[Sources], Any]:
+    return lambda src: src.json("cost.json")[key]
+
+
+claim("cost.pod_eur_per_hour", experiment=COST, files=["cost.json"], fmt=fmt_eur, unit="EUR/hour",
+      description="Pod price an hour (published)")(_cost("pod_eur_per_hour"))
+claim("cost.hours_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="hours",
+      description="Hours a pod is billed a month (stated: 24 × 365 / 12)")(_cost("hours_per_month"))
+claim("cost.pod_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
+      description="A pod's month, run day and night")(_cost("pod_eur_per_month"))
+claim("cost.seat_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
+      description="A subscription seat's month (published)")(_cost("seat_eur_per_month"))
+claim("cost.break_even_seats", experiment=COST, files=["cost.json"], fmt=fmt_sig(3), unit="subscriptions",
+      description="Subscriptions that cost as much a month as one pod")(_cost("break_even_seats"))
+
+
+@claim("cost.break_even_team", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="developers")
+def _be_team(src: Sources) -> int:
+    """The smallest team for which self-hosting costs no more than subscriptions (α = 1%)."""
+    v = src.json("cost.json")["break_even_team"]["0.01"]
+    if v is None:
+        raise ValueError("no team size breaks even")
+    return int(v)
+
+
+def _costed(column: str, team: int, alpha: float = 0.01) -> Callable[[Sources], Any]:
+    return lambda src: _row(src.csv("costed_teams.csv"), alpha=alpha, team=team, label="published")[column]
+
+
+for _n in (20, 100, 250):
+    claim(f"cost.saving_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(1), unit="fraction",
+          description=f"Share of the subscription bill a team of {_n} saves by self-hosting (α = 1%)")(
+        _costed("saving_fraction", _n))
+    claim(f"cost.self_hosted_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_int, unit="EUR/month",
+          description=f"Monthly cost of the pods for a team of {_n} (α = 1%)")(
+        _costed("eur_per_month_self_hosted", _n))
+    claim(f"cost.subscriptions_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_int,
+          unit="EUR/month", description=f"Monthly cost of subscriptions for a team of {_n}")(
+        _costed("eur_per_month_subscriptions", _n))
+    claim(f"cost.saving_team_{_n}_alpha_5pct", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(1),
+          unit="fraction", description=f"Share a team of {_n} saves by self-hosting with α = 5%")(
+        _costed("saving_fraction", _n, 0.05))
+
+
+@claim("cost.extra_team_20", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(0), unit="fraction")
+def _extra_20(src: Sources) -> float:
+    """How much more than subscriptions a team of 20 pays for its pods (α = 1%); negative if it saves."""
+    return -float(_costed("saving_fraction", 20)(src))
+
+
+def _sens(varied: str, factor: float | None, column: str, value: float | None = None) -> Callable[[Sources], Any]:
+    def f(src: Sources) -> Any:
+        t = src.csv("sensitivity.csv")
+        t = t[t["varied"] == varied]
+        if factor is not None:
+            t = t[(t["factor"] - factor).abs() < 1e-9]
+        else:
+            t = t[(t["value"] - value).abs() < 1e-12]
+        if len(t) != 1:
+            raise ValueError(f"sensitivity.csv has {len(t)} rows for {varied} at {factor or value}")
+        return t.iloc[0][column]
+
+    return f
+
+
+claim("sensitivity.saving_team_250_q_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
+      unit="fraction", description="Saving of a team of 250 if q were twice the published value")(
+    _sens("q", 2.0, "saving_fraction_team_250"))
+claim("sensitivity.saving_team_250_q_half", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
+      unit="fraction", description="Saving of a team of 250 if q were half the published value")(
+    _sens("q", 0.5, "saving_fraction_team_250"))
+claim("sensitivity.saving_team_250_pod_price_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
+      unit="fraction", description="Saving of a team of 250 if the pod cost twice as much")(
+    _sens("pod_eur_per_hour", 2.0, "saving_fraction_team_250"))
+claim("sensitivity.saving_team_100_pod_price_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
+      unit="fraction", description="Saving of a team of 100 if the pod cost twice as much")(
+    _sens("pod_eur_per_hour", 2.0, "saving_fraction_team_100"))
+
+
+def _strictest_alpha_row(src: Sources) -> Any:
+    return src.csv("sensitivity.csv").query("varied == 'alpha'").sort_values("value").iloc[0]
+
+
+@claim("sensitivity.alpha_strict", experiment=COST, files=["sensitivity.csv"], fmt=lambda v: f"{100 * float(v):g}%",
+       unit="probability")
+def _alpha_strict(src: Sources) -> float:
+    """The strictest α in the sensitivity analysis."""
+    return float(_strictest_alpha_row(src)["value"])
+
+
+@claim("sensitivity.seats_alpha_strict", experiment=COST, files=["sensitivity.csv"], fmt=fmt_int, unit="developers")
+def _seats_alpha_strict(src: Sources) -> int:
+    """The largest team one pod serves under the strictest α of the sensitivity analysis."""
+    return int(_strictest_alpha_row(src)["seats_per_pod"])
+
+
+@claim("sensitivity.rho_example", experiment=COST, files=["manifest.json"], fmt="{:g}", unit="")
+def _sens_rho(src: Sources) -> float:
+    """The intra-team correlation the cost text quotes."""
+    return float(src.parameters.get("rho_example", 0.05))
+
+
+@claim("sensitivity.saving_team_250_rho_example", experiment=COST, files=["sensitivity.csv", "manifest.json"],
+       fmt=fmt_pct(1), unit="fraction")
+def _sens_rho_saving(src: Sources) -> float:
+    """Saving of a team of 250 at the quoted intra-team correlation (α = 1%)."""
+    return float(_sens("rho", None, "saving_fraction_team_250", float(src.parameters.get("rho_example", 0.05)))(src))

@@ -1,0 +1,217 @@
+"""Experiment ``capacity``: seats, pods, volume against concurrency, correlation and simulation, from a campaign's
+``published`` run (or any run of the same shape) — no server.
+
+Files written into the run (all derived by :mod:`offload_lab.seats.capacity` and :mod:`offload_lab.seats.simulation`
+from the inputs recorded in ``inputs.json``):
+
+=================  =================================================================================================
+``inputs.json``    every input, its value and where it came from (published run, file, sha256, key, section)
+``profile.json``   the usage profile timed by this project, beside the figures the source derived from it
+``seats.csv``      the largest team one pod serves, for each α (binomial)
+``teams.csv``      streams and pods for the published team sizes and for the largest team one pod serves
+``pods_curve.csv`` pods → the largest team they serve, for each α and correlation, up to ``max_team`` developers
+``volume.csv``     seats by volume at each utilization, beside seats by concurrency
+``correlation.csv`` seats per pod and pods for the published teams as the intra-team correlation grows
+``simulation.csv`` a year of the largest published team simulated under four scenarios, against the closed forms
+``timings.json``   seconds this machine took for the pods of every team up to ``max_team`` and for each simulation
+=================  =================================================================================================
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from offload_lab.seats import capacity
+from offload_lab.seats import cost
+from offload_lab.experiments.published import runner as published
+from offload_lab.core import runs
+from offload_lab.seats.capacity import Demand
+from offload_lab.seats.simulation import SimulationConfig, simulate
+from offload_lab.experiments.capacity.inputs import QSource, StudyInputs, gather
+
+EXPERIMENT = "capacity"
+
+
+class CapacityParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
+    profile: str = Field("published-week", description="usage profile (its name) in that run")
+    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
+    max_team: int = Field(10_000, ge=1, description="pods are computed for every team size up to this")
+    utilizations: list[float] = Field([1.0, 0.5], min_length=1, description="pod utilizations for seats by volume")
+    rhos: list[float] = Field([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3], min_length=1,
+                              description="intra-team correlations to tabulate")
+    rho_example: float = Field(0.05, gt=0, lt=1, description="the correlation the text and the simulation use")
+    schedule_shape: list[float] | None = Field(
+        None, description="a shared daily schedule: relative q over equal parts of the window (an assumption)")
+    session_hours: float = Field(2.0, gt=0, description="length of a session in the simulation (an assumption)")
+    simulation_weeks: int = Field(52, ge=1, description="weeks simulated; days = weeks × the profile's active days")
+    simulation_team: int | None = Field(None, ge=1, description="team simulated (default: largest published team)")
+    step_seconds: float = Field(2.0, gt=0, description="time step of the simulation")
+    seed: int = Field(20260101, description="seed of the simulation")
+
+    @field_validator("rhos")
+    @classmethod
+    def _rhos(cls, v: list[float]) -> list[float]:
+        if any(not (0 <= r < 1) for r in v):
+            raise ValueError("every rho must be in [0, 1)")
+        return sorted(set(v))
+
+    @field_validator("utilizations")
+    @classmethod
+    def _utilizations(cls, v: list[float]) -> list[float]:
+        if any(not (0 < u <= 1) for u in v):
+            raise ValueError("every utilization must be in (0, 1]")
+        return v
+
+
+def seats_table(inp: StudyInputs) -> pd.DataFrame:
+    d = Demand(inp.q)
+    return pd.DataFrame([{"alpha": a, "model": d.model, "rho": 0.0, "q": inp.q, "streams": inp.streams_per_pod,
+                          "seats": capacity.seats_for_streams(inp.streams_per_pod, d, a)} for a in inp.alphas])
+
+
+def teams_table(inp: StudyInputs, seats: pd.DataFrame) -> pd.DataFrame:
+    d = Demand(inp.q)
+    rows = []
+    for a in inp.alphas:
+        one_pod = int(seats.loc[seats["alpha"] == a, "seats"].iloc[0])
+        teams = [(n, "published") for n in inp.team_sizes] + [(one_pod, "one_pod")]
+        for n, label in teams:
+            streams = capacity.streams_for_team(n, d, a)
+            pods = capacity.pods_for_team(n, inp.streams_per_pod, d, a)
+            rows.append({
+                "alpha": a, "team": n, "label": label, "streams_needed": streams, "pods": pods,
+                "pods_partitioned": capacity.pods_partitioned(n, one_pod),
+                "overflow_probability": capacity.overflow_probability(n, pods * inp.streams_per_pod, d),
+                "mean_generating": n * inp.q,
+            })
+    return pd.DataFrame(rows)
+
+
+def pods_curve(inp: StudyInputs, max_team: int, rhos: list[float]) -> pd.DataFrame:
+    rows = []
+    for rho in rhos:
+        d = Demand(inp.q, rho)
+        for a in inp.alphas:
+            for pods, team in capacity.pod_breakpoints(max_team, inp.streams_per_pod, d, a):
+                rows.append({"alpha": a, "rho": rho, "model": d.model, "pods": pods,
+                             "streams": pods * inp.streams_per_pod, "max_team": team})
+    return pd.DataFrame(rows)
+
+
+def volume_table(inp: StudyInputs, seats: pd.DataFrame, utilizations: list[float]) -> pd.DataFrame:
+    dev_per_hour = capacity.output_tokens_per_hour_of_period(inp.profile)
+    by_concurrency = int(seats.loc[seats["alpha"] == inp.alpha, "seats"].iloc[0])
+    rows = []
+    for u in utilizations:
+        v = capacity.seats_by_volume(inp.pod_output_tok_s, dev_per_hour, u)
+        rows.append({
+            "utilization": u, "pod_output_tok_s": inp.pod_output_tok_s,
+            "hours_per_month": cost.HOURS_PER_MONTH,
+            "pod_output_tokens_per_month": inp.pod_output_tok_s * 3600 * cost.HOURS_PER_MONTH * u,
+            "developer_output_tokens_per_month": dev_per_hour * cost.HOURS_PER_MONTH,
+            "seats_by_volume": v, "seats_by_concurrency": by_concurrency, "alpha": inp.alpha,
+            "volume_over_concurrency": v / by_concurrency,
+        })
+    return pd.DataFrame(rows)
+
+
+def correlation_table(inp: StudyInputs, rhos: list[float]) -> pd.DataFrame:
+    rows = []
+    for rho in rhos:
+        d = Demand(inp.q, rho)
+        for a in inp.alphas:
+            row: dict[str, Any] = {"rho": rho, "alpha": a, "model": d.model,
+                                   "seats_per_pod": capacity.seats_for_streams(inp.streams_per_pod, d, a)}
+            for n in inp.team_sizes:
+                row[f"pods_team_{n}"] = capacity.pods_for_team(n, inp.streams_per_pod, d, a)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def simulation_scenarios(inp: StudyInputs, p: CapacityParams) -> list[tuple[str, SimulationConfig, Demand | None]]:
+    """(name, config, the closed form that should agree or None) for the four scenarios."""
+    team = p.simulation_team or max(inp.team_sizes)
+    streams = capacity.pods_for_team(team, inp.streams_per_pod, Demand(inp.q), inp.alpha) * inp.streams_per_pod
+    days = p.simulation_weeks * int(round(inp.profile.active_days * 7 / inp.profile.period_days))
+    base = dict(developers=team, days=days, q=inp.q, window_hours=inp.profile.window_hours,
+                turn_seconds=inp.turn_seconds, step_seconds=p.step_seconds, watch_streams=(streams,))
+    sessions = dict(sessions_per_day=inp.profile.sessions_per_active_day, session_hours=p.session_hours)
+    out: list[tuple[str, SimulationConfig, Demand | None]] = [
+        ("independent", SimulationConfig(**base, seed=p.seed), Demand(inp.q)),
+        ("sessions", SimulationConfig(**base, **sessions, seed=p.seed + 1), Demand(inp.q)),
+        ("shared_days", SimulationConfig(**base, **sessions, rho=p.rho_example, seed=p.seed + 2),
+         Demand(inp.q, p.rho_example)),
+    ]
+    if p.schedule_shape:
+        shape = tuple(p.schedule_shape)
+        out.append(("shared_schedule", SimulationConfig(**base, **sessions, shape=shape, seed=p.seed + 3),
+                    Demand(inp.q, shape=shape)))
+    return out
+
+
+def run_simulations(inp: StudyInputs, p: CapacityParams) -> tuple[pd.DataFrame, dict[str, float]]:
+    rows, seconds = [], {}
+    for name, cfg, closed in simulation_scenarios(inp, p):
+        t0 = time.perf_counter()
+        r = simulate(cfg)
+        seconds[name] = time.perf_counter() - t0
+        (streams,) = cfg.watch_streams
+        rows.append({
+            "scenario": name, "developers": cfg.developers, "days": cfg.days, "weeks": p.simulation_weeks,
+            "q": cfg.q, "rho": cfg.rho, "sessions_per_day": cfg.sessions_per_day, "session_hours": cfg.session_hours,
+            "shape": " ".join(f"{w:g}" for w in cfg.shape) if cfg.shape else "", "turn_seconds": cfg.turn_seconds,
+            "step_seconds": cfg.step_seconds, "seed": cfg.seed, "streams": streams,
+            "simulated_overflow": r.overflow_probability(streams),
+            "standard_error": r.overflow_standard_error(streams),
+            "closed_form_model": closed.model if closed else "",
+            "closed_form_overflow": closed.sf(streams, cfg.developers) if closed else float("nan"),
+            "simulated_mean_generating": r.mean_generating(), "expected_mean_generating": cfg.developers * cfg.q,
+            "days_with_overflow": r.days_with_overflow(streams),
+            "mean_overload_seconds": r.mean_overload_seconds(streams),
+            "capped_days": r.capped_days,
+        })
+    return pd.DataFrame(rows), seconds
+
+
+def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: CapacityParams) -> dict[str, Any]:
+    """Compute every table into ``run`` from the campaign's published run; return the headline figures."""
+    pub = published.read_published(data_root, campaign, params.published_experiment)
+    inp = gather(pub, params.profile, params.q_source)
+    run.update(inputs_run=pub.run_ref, inputs_run_id=pub.manifest.get("run_id"))
+    run.write_json("inputs.json", inp.record())
+    prof = inp.profile
+    run.write_json("profile.json", {"computed": inp.timing.to_dict(),
+                                    "published": prof.published.model_dump() if prof.published else None,
+                                    "provenance": prof.provenance.model_dump()})
+    seats = seats_table(inp)
+    run.write_table("seats.csv", seats)
+    run.write_table("teams.csv", teams_table(inp, seats))
+
+    timings: dict[str, Any] = {"max_team": params.max_team}
+    t0 = time.perf_counter()
+    for a in inp.alphas:
+        capacity.pods_for_teams(range(1, params.max_team + 1), inp.streams_per_pod, Demand(inp.q), a)
+    timings["pods_every_team_seconds"] = time.perf_counter() - t0
+    timings["pods_every_team_alphas"] = inp.alphas
+
+    curve_rhos = sorted({0.0, params.rho_example})
+    run.write_table("pods_curve.csv", pods_curve(inp, params.max_team, curve_rhos))
+    run.write_table("volume.csv", volume_table(inp, seats, params.utilizations))
+    run.write_table("correlation.csv", correlation_table(inp, sorted(set(params.rhos) | {params.rho_example})))
+    sims, sim_seconds = run_simulations(inp, params)
+    run.write_table("simulation.csv", sims)
+    timings["simulation_seconds"] = sim_seconds
+    run.write_json("timings.json", timings)
+    return {
+        "q": inp.q,
+        "seats": dict(zip(seats["alpha"], seats["seats"])),
+        "timings": timings,
+    }

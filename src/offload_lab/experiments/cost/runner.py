@@ -1,0 +1,115 @@
+"""Experiment ``cost``: a pod's month against subscriptions, for teams of every size, from a campaign's ``published``
+run — no server.
+
+Files written into the run (derived by :mod:`offload_lab.seats.cost` and :mod:`offload_lab.seats.capacity`):
+
+===================  ===============================================================================================
+``inputs.json``      every input, its value and where it came from
+``cost.json``        hours a month (stated), the pod's month, break-even in subscriptions and in team size, per α
+``costed_teams.csv`` the published team sizes and the largest team one pod serves: pods, both bills, saving, per α
+``teams.csv``        the same for every team from 1 to ``max_team_plot`` (the cost figure)
+``sensitivity.csv``  seats, pods and savings as q, the pod price, the subscription, α and ρ vary one at a time
+===================  ===============================================================================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from offload_lab.seats import capacity
+from offload_lab.seats import cost
+from offload_lab.experiments.published import runner as published
+from offload_lab.core import runs
+from offload_lab.seats.capacity import Demand
+from offload_lab.experiments.capacity.inputs import QSource, StudyInputs, gather
+
+EXPERIMENT = "cost"
+
+
+class CostParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
+    profile: str = Field("published-week", description="usage profile (its name) in that run")
+    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
+    hours_per_month: float | None = Field(None, gt=0, le=744,
+                                          description="hours a pod is billed a month (None: 24 × 365 / 12)")
+    max_team_plot: int = Field(300, ge=1, description="teams 1..this in teams.csv")
+    q_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="q × these, for the sensitivity")
+    pod_price_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="pod price × these")
+    seat_price_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="subscription × these")
+    alphas: list[float] = Field([0.001, 0.01, 0.05, 0.1], description="α values for the sensitivity")
+    rhos: list[float] = Field([0.0, 0.02, 0.05, 0.1], description="intra-team correlations for the sensitivity")
+    rho_example: float = Field(0.05, gt=0, lt=1, description="the correlation the text quotes (added to rhos)")
+
+
+def base_scenario(inp: StudyInputs, hours_per_month: float) -> cost.Scenario:
+    return cost.Scenario(q=inp.q, alpha=inp.alpha, streams_per_pod=inp.streams_per_pod,
+                         pod_eur_per_hour=inp.pod_eur_per_hour, seat_eur_per_month=inp.seat_eur_per_month,
+                         hours_per_month=hours_per_month)
+
+
+def costed_teams(inp: StudyInputs, prices: cost.Prices) -> pd.DataFrame:
+    d = Demand(inp.q)
+    rows = []
+    for a in inp.alphas:
+        one_pod = capacity.seats_for_streams(inp.streams_per_pod, d, a)
+        for n, label in [(n, "published") for n in inp.team_sizes] + [(one_pod, "one_pod")]:
+            c = cost.team_cost(n, capacity.pods_for_team(n, inp.streams_per_pod, d, a), prices)
+            rows.append({"alpha": a, "label": label, **c.to_dict()})
+    return pd.DataFrame(rows)
+
+
+def teams_curve(inp: StudyInputs, prices: cost.Prices, max_team: int) -> pd.DataFrame:
+    frames = []
+    for a in inp.alphas:
+        f = cost.team_costs(range(1, max_team + 1), inp.streams_per_pod, Demand(inp.q), a, prices)
+        f.insert(0, "alpha", a)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def sensitivity_table(inp: StudyInputs, p: CostParams) -> pd.DataFrame:
+    base = base_scenario(inp, p.hours_per_month or cost.HOURS_PER_MONTH)
+    variations = {
+        "q": [inp.q * f for f in p.q_factors],
+        "pod_eur_per_hour": [inp.pod_eur_per_hour * f for f in p.pod_price_factors],
+        "seat_eur_per_month": [inp.seat_eur_per_month * f for f in p.seat_price_factors],
+        "alpha": sorted(set(p.alphas) | set(inp.alphas)),
+        "rho": sorted(set(p.rhos) | {p.rho_example}),
+    }
+    table = cost.sensitivity(base, variations, inp.team_sizes)
+    factors = {"q": inp.q, "pod_eur_per_hour": inp.pod_eur_per_hour, "seat_eur_per_month": inp.seat_eur_per_month}
+    table.insert(2, "factor", [v / factors[k] if k in factors else float("nan")
+                               for k, v in zip(table["varied"], table["value"])])
+    return table
+
+
+def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: CostParams) -> dict[str, Any]:
+    pub = published.read_published(data_root, campaign, params.published_experiment)
+    inp = gather(pub, params.profile, params.q_source)
+    run.update(inputs_run=pub.run_ref, inputs_run_id=pub.manifest.get("run_id"))
+    run.write_json("inputs.json", inp.record())
+    prices = cost.Prices(inp.pod_eur_per_hour, inp.seat_eur_per_month, params.hours_per_month or cost.HOURS_PER_MONTH)
+    summary: dict[str, Any] = {
+        "hours_per_month": prices.hours_per_month,
+        "hours_per_month_rule": "set by the campaign" if params.hours_per_month
+        else "24 hours × 365 days / 12 months (a pod run day and night)",
+        "pod_eur_per_hour": prices.pod_eur_per_hour,
+        "pod_eur_per_month": prices.pod_eur_per_month,
+        "seat_eur_per_month": prices.seat_eur_per_month,
+        "break_even_seats": prices.break_even_seats,
+        "break_even_team": {str(a): cost.break_even_team(inp.streams_per_pod, Demand(inp.q), a, prices)
+                            for a in inp.alphas},
+        "alpha": inp.alpha,
+        "alphas": inp.alphas,
+    }
+    run.write_json("cost.json", summary)
+    run.write_table("costed_teams.csv", costed_teams(inp, prices))
+    run.write_table("teams.csv", teams_curve(inp, prices, params.max_team_plot))
+    run.write_table("sensitivity.csv", sensitivity_table(inp, params))
+    return summary

@@ -1,0 +1,90 @@
+"""Prompts of an exact token count, checked against the server's own ``/tokenize``.
+
+Lengths are counted by the server that will serve them, never by a client-side tokenizer: re-encoding is not a
+round trip, and chat templates add tokens. A salt at the start of a prompt makes it fresh: no prefix-cache block can
+match it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from offload_lab.core.errors import InputError, ServerError
+
+# Plain words give text that tokenizes like prose; the list is fixed so prompts are reproducible from a seed.
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her it an were are which this be or had not but "
+    "have their one all been has they more when there who so some other into its time than only new two may first "
+    "after also any these over most made such where many through before long years between both under same while "
+    "river market engine memory expert layer token stream cache server window budget plan model signal value field "
+    "north south garden letter number system method result table figure morning evening question answer window "
+    "simple careful quiet rapid steady bright narrow gentle heavy distant common rare early late open closed"
+).split()
+
+MAX_ADJUST = 40
+
+
+def filler_text(n_words: int, seed: str) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) for _ in range(n_words))
+
+
+@dataclass
+class Tokenizer:
+    """The server's tokenizer, reached over HTTP."""
+
+    base_url: str
+    model: str
+    client: httpx.Client
+
+    def tokenize(self, prompt: str) -> list[int]:
+        r = self.client.post(self.base_url.rstrip("/") + "/tokenize",
+                             json={"model": self.model, "prompt": prompt, "add_special_tokens": True})
+        if r.status_code != 200:
+            raise ServerError(f"{self.base_url}/tokenize answered HTTP {r.status_code}: {r.text[:300]}")
+        return list(r.json()["tokens"])
+
+    def detokenize(self, tokens: list[int]) -> str:
+        r = self.client.post(self.base_url.rstrip("/") + "/detokenize", json={"model": self.model, "tokens": tokens})
+        if r.status_code != 200:
+            raise ServerError(f"{self.base_url}/detokenize answered HTTP {r.status_code}: {r.text[:300]}")
+        return r.json()["prompt"]
+
+    def count(self, prompt: str) -> int:
+        return len(self.tokenize(prompt))
+
+    def max_model_len(self) -> int | None:
+        r = self.client.post(self.base_url.rstrip("/") + "/tokenize",
+                             json={"model": self.model, "prompt": "x"})
+        data: dict[str, Any] = r.json() if r.status_code == 200 else {}
+        return data.get("max_model_len")
+
+
+def exact_prompt(tok: Tokenizer, n_tokens: int, salt: str) -> str:
+    """Text, starting with ``salt``, that the server tokenizes to exactly ``n_tokens`` tokens.
+
+    Start from seeded filler, cut its token list to the target and detokenize; byte-level BPE can merge across the
+    cut, so re-tokenize and nudge the cut until the server's count is exact.
+    """
+    if n_tokens < 4:
+        raise InputError(f"prompt length {n_tokens} is too short; ask for at least 4 tokens")
+    words = max(16, int(n_tokens * 1.2))
+    while True:
+        ids = tok.tokenize(f"[{salt}] " + filler_text(words, seed=salt))
+        if len(ids) >= n_tokens + 8:
+            break
+        words = int(words * 1.5) + 16
+    cut = n_tokens
+    for _ in range(MAX_ADJUST):
+        text = tok.detokenize(ids[:cut])
+        got = tok.count(text)
+        if got == n_tokens:
+            return text
+        cut += n_tokens - got
+        if cut <= 0 or cut > len(ids):
+            break
+    raise ServerError(f"could not build a prompt of exactly {n_tokens} tokens with the server's tokenizer")

@@ -1,0 +1,427 @@
+"""Stack control: loading stack files, starting and stopping a vLLM server, and boots recorded as data.
+
+A stack file (schema in :mod:`offload_lab.server.spec`) says which Python environment runs the server, which model it
+serves, with which flags, plan and environment. Starting it creates a run of the ``boots`` experiment: the server's
+log is kept there, a probe request is sent once it is ready, and the boot's outcome is classified
+(:mod:`offload_lab.server.boots`: ready, out of memory while loading, out of memory allocating the KV cache, other init
+failure, not ready in time, died on the first request) and written to ``boot.json`` with the log's tail, so a failed
+boot is a measurement, not only an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import yaml
+from pydantic import ValidationError
+
+from offload_lab.server import boots
+from offload_lab.core import environment
+from offload_lab.core import runs
+from offload_lab.server.boots import classify_boot, tail  # noqa: F401  (re-exported: callers import them from here)
+from offload_lab.core.errors import InputError, ServerError
+from offload_lab.core.paths import find_root
+from offload_lab.core.procs import free_port, port_is_free, terminate_group
+from offload_lab.server.spec import ModelSpec, ServerSpec, StackFile, StackOverride, apply_override, deep_merge, unpinned_items
+
+LOG_NAME = "server.log"
+BOOT_NAME = "boot.json"
+
+
+@dataclass
+class Stack:
+    spec: StackFile
+    file: Path
+    root: Path
+    text: str
+    override: StackOverride | None = None
+    variant: str | None = None
+
+    def resolve(self, p: str) -> Path:
+        path = Path(p).expanduser()
+        return path if path.is_absolute() else self.root / path
+
+    @property
+    def python(self) -> Path:
+        return self.resolve(self.spec.python)
+
+    @property
+    def model_path(self) -> Path:
+        return self.resolve(self.spec.model.path)
+
+    @property
+    def plan_path(self) -> Path | None:
+        """The plan file the server boots with, if any."""
+        plans = self.spec.plans
+        if plans is None or plans.use is None:
+            return None
+        return self.resolve(plans.files[plans.use].path)
+
+    def with_override(self, override: StackOverride | None, variant: str | None = None) -> "Stack":
+        """The same stack file with a variant applied (flags, arguments, environment, plan)."""
+        if override is None or override.is_empty():
+            return Stack(self.spec, self.file, self.root, self.text, None, variant)
+        return Stack(apply_override(self.spec, override), self.file, self.root, self.text, override, variant)
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": str(self.file), "sha256": runs.sha256_file(self.file),
+                               "spec": self.spec.model_dump()}
+        if self.spec.extends:
+            base = Path(self.spec.extends)
+            out["extends"] = {"file": str(base), "sha256": runs.sha256_file(base) if base.is_file() else None}
+        if self.override is not None:
+            out["variant"] = self.variant
+            out["override"] = self.override.model_dump()
+        unpinned = unpinned_items(self.spec)
+        if unpinned:
+            out["unpinned"] = unpinned
+        return out
+
+
+def load_stack(path: Path | str, root: Path | None = None) -> Stack:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"stack file {path} does not exist; the embedded one is configs/stacks/embedded.yaml")
+    text = path.read_text(encoding="utf-8")
+    root = root or find_root(path.resolve().parent)
+    data = _read_yaml(path, text)
+    bases: list[Path] = []
+    while isinstance(data.get("extends"), str):
+        base_path = Path(data["extends"])
+        base_path = base_path if base_path.is_absolute() else root / base_path
+        if base_path.resolve() in bases or base_path.resolve() == path.resolve():
+            raise InputError(f"stack file {path}: `extends` goes round in a circle at {base_path}")
+        if not base_path.is_file():
+            raise InputError(f"stack file {path}: extends {data['extends']}, which does not exist")
+        bases.append(base_path.resolve())
+        base = _read_yaml(base_path, base_path.read_text(encoding="utf-8"))
+        # The base's own `extends` (if any) is followed next; this file's is the one recorded.
+        data = {**deep_merge(base, {k: v for k, v in data.items() if k != "extends"}),
+                "extends": base.get("extends")}
+    data["extends"] = str(bases[0]) if bases else None
+    try:
+        spec = StackFile.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"stack file {path} is not a valid stack file:\n{_pydantic_errors(e)}") from e
+    return Stack(spec=spec, file=path.resolve(), root=root, text=text)
+
+
+def _read_yaml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InputError(f"stack file {path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise InputError(f"stack file {path} is not a mapping of fields")
+    return data
+
+
+def _pydantic_errors(e: ValidationError) -> str:
+    return "\n".join(f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+
+
+# --- ports -------------------------------------------------------------------------------------------------------
+
+# --- the server --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Server:
+    """A running (or failed) server started from a stack. Use :func:`start_server` or :func:`serving`."""
+
+    stack: Stack
+    run: runs.Run
+    host: str
+    port: int
+    command: list[str]
+    process: subprocess.Popen | None = None
+    boot: dict[str, Any] = field(default_factory=dict)
+    _log: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.boot.get("served_model") or self.stack.spec.model.served_name or str(self.stack.model_path)
+
+    @property
+    def log_path(self) -> Path:
+        return self.run.file(LOG_NAME)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> dict[str, Any]:
+        """SIGTERM to the server's process group, SIGKILL after the stack's timeout; then finish the boot run."""
+        info: dict[str, Any] = {"signal": None, "returncode": None}
+        if self.process is not None:
+            info = terminate_group(self.process, self.stack.spec.server.stop_timeout_s)
+        if self._log is not None and not self._log.closed:
+            self._log.close()
+        if self.run.manifest.get("outcome") == "running":
+            ok = self.boot.get("outcome") == "ready"
+            self.boot["stop"] = info
+            self.run.write_json(BOOT_NAME, self.boot)
+            self.run.finish("ok" if ok else "failed", error=None if ok else self.boot.get("outcome"))
+        return info
+
+
+def server_command(stack: Stack, host: str, port: int) -> list[str]:
+    spec = stack.spec
+    cmd = [str(stack.python), "-m", spec.server.module, "--model", str(stack.model_path), "--host", host,
+           "--port", str(port)]
+    if spec.model.served_name:
+        cmd += ["--served-model-name", spec.model.served_name]
+    return cmd + spec.server.flags.to_args() + list(spec.server.args)
+
+
+def server_env(stack: Stack) -> dict[str, str | None]:
+    """The variables the stack sets in the server's environment, the plan file's among them; None: unset."""
+    env: dict[str, str | None] = dict(stack.spec.server.env)
+    plans = stack.spec.plans
+    if plans is not None:
+        plan = stack.plan_path
+        if plan is not None:
+            env[plans.env] = str(plan)
+        else:
+            # Booting without a plan must not inherit one from the shell that started us.
+            env[plans.env] = None
+    return env
+
+
+def ensure_model(stack: Stack) -> None:
+    if stack.model_path.is_dir() and any(stack.model_path.glob("*.safetensors")):
+        return
+    if stack.spec.model.build == "tiny":
+        from offload_lab.server import tinymodel
+
+        config = stack.resolve(stack.spec.model.config) if stack.spec.model.config else None
+        tinymodel.build_tiny_model(stack.model_path, config)
+        return
+    how = (f"`offload-lab stack install {stack.file}` downloads it" if stack.spec.model.downloads
+           else "download or build it first")
+    raise InputError(
+        f"stack file {stack.file}: model directory {stack.model_path} is missing or holds no .safetensors; {how}"
+    )
+
+
+def ensure_plan(stack: Stack) -> dict[str, Any] | None:
+    """The plan the server boots with must exist before the server starts; returns its record for boot.json."""
+    plan, plans = stack.plan_path, stack.spec.plans
+    if plan is None or plans is None or plans.use is None:
+        return None
+    if not plan.is_file():
+        raise InputError(f"stack file {stack.file}: plan {plans.use!r} ({plan}) does not exist; "
+                         f"`offload-lab stack install {stack.file}` makes it")
+    spec = plans.files[plans.use]
+    digest = runs.sha256_file(plan)
+    if spec.sha256 and digest != spec.sha256:
+        raise InputError(f"plan {plan}: sha256 {digest} differs from the stack file's {spec.sha256}")
+    return {"name": plans.use, "path": str(plan), "sha256": digest}
+
+
+def boot(
+    stack: Stack,
+    data_root: Path,
+    campaign: str,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout_s: float | None = None,
+    parameters: dict[str, Any] | None = None,
+    environment_record: dict[str, Any] | None = None,
+    boot_fields: dict[str, Any] | None = None,
+    **manifest_fields: Any,
+) -> Server:
+    """Start the stack's server, wait until ready, probe it, classify the boot; never raises for the outcome.
+
+    The returned :class:`Server` is running when ``boot['outcome'] == 'ready'``; otherwise it is already stopped and
+    its run finished as failed. Raises InputError only for what prevents a start (no interpreter, port taken,
+    model or plan missing). ``parameters`` and ``manifest_fields`` go into the boot run's manifest,
+    ``boot_fields`` into ``boot.json`` (an ``expected`` outcome there also gets ``as_expected``).
+    """
+    if not stack.python.exists():
+        raise InputError(
+            f"stack file {stack.file}: the server's Python {stack.python} does not exist; create the server "
+            f"environment (`offload-lab stack install {stack.file}`, or `make server-env` for the embedded stack)"
+        )
+    if port is not None and not port_is_free(port, host):
+        raise InputError(f"port {port} on {host} is already in use; pass another --port or leave it out")
+    ensure_model(stack)
+    plan = ensure_plan(stack)
+    port = port or free_port(host)
+    cmd = server_command(stack, host, port)
+    extra_env = server_env(stack)
+    run = runs.new_run(
+        data_root, campaign, "boots",
+        parameters={"stack": stack.spec.name, "port": port,
+                    **({"variant": stack.variant} if stack.variant else {}), **(parameters or {})},
+        environment=environment_record if environment_record is not None else environment.capture_environment(),
+        stack=stack.record(),
+        server_command=cmd,
+        server_env_names=sorted(extra_env),
+        host_load={"start": environment.host_load()},
+        **manifest_fields,
+    )
+    server = Server(stack=stack, run=run, host=host, port=port, command=cmd)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name, value in extra_env.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    server._log = open(server.log_path, "ab")
+    started = time.monotonic()
+    server.process = subprocess.Popen(
+        cmd, stdout=server._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        cwd=str(stack.root), start_new_session=True, preexec_fn=_affinity(stack.spec.server.cpus),
+    )
+    # From here on the server runs in its own session, out of reach of Ctrl-C: whatever goes wrong, stop it.
+    try:
+        timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
+        ready, served, timed_out = _wait_ready(server, timeout)
+        startup_s = time.monotonic() - started
+        probe, death = None, None
+        spec_probe = stack.spec.server.probe
+        if ready and spec_probe.enabled:
+            probe = boots.probe(server.url, served or server.model_name, spec_probe.prompt, spec_probe.max_tokens,
+                                spec_probe.timeout_s)
+            if not probe["ok"]:
+                death = boots.watch_death(server.url, server.alive, spec_probe.grace_s)
+        log_text = server.log_path.read_text(errors="replace")
+        outcome = classify_boot(server.process.poll(), log_text, ready, timed_out,
+                                probe_ok=None if probe is None else probe["ok"],
+                                engine_dead=bool(death and death["dead"]))
+        server.boot = {
+            "outcome": outcome,
+            "category": boots.CATEGORY[outcome],
+            "startup_s": round(startup_s, 3),
+            "url": server.url,
+            "command": cmd,
+            "returncode": server.process.poll(),
+            "pid": server.process.pid,
+            "served_model": served,
+            "probe": probe,
+            "death": death,
+            "plan": plan,
+            "evidence": boots.evidence(log_text) if outcome != "ready" else None,
+            "server_packages": environment.interpreter_packages(stack.python),
+            "model": _model_record(stack.model_path, stack.spec.model.hash_limit_bytes),
+            "install": _install_record(stack.python),
+            "log_tail": tail(log_text) if outcome != "ready" else None,
+        }
+        if boot_fields:
+            server.boot.update(boot_fields)
+            if boot_fields.get("expected") is not None:
+                server.boot["as_expected"] = outcome == boot_fields["expected"]
+        run.write_json(BOOT_NAME, server.boot)
+        if outcome != "ready":
+            server.stop()
+    except BaseException as e:
+        if not server.boot:
+            server.boot = {"outcome": "interrupted" if isinstance(e, KeyboardInterrupt) else "error",
+                           "error": f"{type(e).__name__}: {e}", "command": cmd}
+        server.stop()
+        raise
+    return server
+
+
+def start_server(
+    stack: Stack,
+    data_root: Path,
+    campaign: str,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout_s: float | None = None,
+    **boot_kwargs: Any,
+) -> Server:
+    """Start the stack's server and wait until it answers ``/health``, ``/v1/models`` and the probe request.
+
+    Always records the boot; raises :class:`ServerError` (after recording it) when the outcome is not ``ready``.
+    """
+    server = boot(stack, data_root, campaign, port=port, host=host, ready_timeout_s=ready_timeout_s, **boot_kwargs)
+    outcome = server.boot["outcome"]
+    if outcome != "ready":
+        log_text = server.log_path.read_text(errors="replace")
+        raise ServerError(
+            f"the server from {stack.file} did not become ready: {outcome} after {server.boot['startup_s']:.0f} s. "
+            f"Log kept at {server.log_path}; its last lines:\n{tail(log_text, 15)}"
+        )
+    return server
+
+
+def _install_record(python: Path) -> dict[str, Any] | None:
+    # What `offload-lab stack install` observed (commits, patch and receipt hashes), when it made this environment.
+    from offload_lab.server.record import read_record
+
+    record = read_record(python)
+    if record is None:
+        return None
+    return {k: record.get(k) for k in ("started_at", "ended_at", "allow_unpinned", "unpinned", "commits",
+                                       "patches", "plans")}
+
+
+def _affinity(cpus: list[int] | None) -> Callable[[], None] | None:
+    if not cpus:
+        return None
+    available = os.sched_getaffinity(0)
+    chosen = set(cpus) & available
+    if not chosen:
+        raise InputError(f"stack server.cpus {cpus} names no CPU this process may use (it may use {sorted(available)})")
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def _model_record(model_path: Path, hash_limit_bytes: int = 256 * 2**20) -> dict[str, Any]:
+    config = model_path / "config.json"
+    files: dict[str, Any] = {}
+    sizes: dict[str, int] = {}
+    for p in sorted(model_path.glob("*")):
+        if not p.is_file():
+            continue
+        size = p.stat().st_size
+        sizes[p.name] = size
+        # Shards above the limit are pinned by the download's revision; hashing them at every boot costs minutes.
+        files[p.name] = runs.sha256_file(p) if size <= hash_limit_bytes else None
+    return {
+        "path": str(model_path),
+        "config": json.loads(config.read_text()) if config.is_file() else None,
+        "files_sha256": files,
+        "files_bytes": sizes,
+    }
+
+
+def _wait_ready(server: Server, timeout_s: float) -> tuple[bool, str | None, bool]:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                return False, None, False
+            try:
+                if client.get(server.url + "/health").status_code == 200:
+                    models = client.get(server.url + "/v1/models").json()
+                    names = [m["id"] for m in models.get("data", [])]
+                    if names:
+                        return True, names[0], False
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(1.0)
+    return False, None, True
+
+
+@contextlib.contextmanager
+def serving(stack: Stack, data_root: Path, campaign: str, port: int | None = None,
+            **boot_kwargs: Any) -> Iterator[Server]:
+    """Start a server for the duration of a ``with`` block; it is stopped however the block ends."""
+    server = start_server(stack, data_root, campaign, port=port, **boot_kwargs)
+    try:
+        yield server
+    finally:
+        server.stop()
