@@ -53,7 +53,9 @@ def test_context_notebook_runs_through_papermill_into_a_verified_run(tmp_path, r
     assert run_dir.parent == tmp_path / "data" / "itest" / "context"
     m = runs.load_manifest(run_dir)
     assert m["outcome"] == "ok"
-    assert m["parameters"] == {"context_lengths": [64, 300], "output_tokens": 12, "repeats": 2}
+    # Manifests record the parameters as the experiment's model validated them (its defaults written out).
+    assert m["parameters"] == {"context_lengths": [64, 300], "output_tokens": 12, "repeats": 2, "warmup": True}
+    assert m["kind"] == "context"
     assert m["git"]["commit"] is None or len(m["git"]["commit"]) == 40
     assert m["environment"]["cpu"]["logical_cores"] >= 1
     assert m["notebook"]["path"].endswith("context.ipynb") and len(m["notebook"]["sha256"]) == 64

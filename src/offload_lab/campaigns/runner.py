@@ -31,14 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from offload_lab.server import boots as bootsmod
 from offload_lab.core import environment
 from offload_lab.campaigns import ledger
+from offload_lab.campaigns.execute import execute_notebook
 from offload_lab.load import client as load
-from offload_lab.core import paths, runs
+from offload_lab.core import paths, runs, signals
 from offload_lab.server import stack as stackmod
 from offload_lab.core.errors import InputError, ProducerError
 from offload_lab.server.spec import StackOverride
+from offload_lab.experiments.notebook import RUNNER_PARAMETERS, has_params_model, kind_of_notebook, validate_params
 
-# Parameters the runner fills in itself; a notebook run by the campaign must declare them.
-RUNNER_PARAMETERS = ("base_url", "run_dir", "campaign", "data_root")
 OUTPUT_NOTEBOOK = "notebook.ipynb"
 BOOTS = "boots"
 
@@ -47,7 +47,9 @@ class ExperimentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     experiment: str = Field(description="experiment name: the run directory's parent")
-    notebook: str = Field(description="notebook path, relative to the repository root")
+    notebook: str = Field(description="notebook path, relative to the repository root; its name without .ipynb is "
+                                      "the experiment's folder in offload_lab/experiments/, whose Params model "
+                                      "validates the parameters")
     parameters: dict[str, Any] = Field(default_factory=dict)
     needs_server: bool = Field(True, description="false for analysis notebooks that only read data files")
     stack: str | None = Field(None, description="another stack file for this experiment's server")
@@ -135,6 +137,7 @@ class CampaignResult:
     session: str | None = None
     topology: dict[str, Any] | None = None
     seconds: float = 0.0
+    data_root: Path | None = None  # where the runs went (relative --data-dir is taken from the repository root)
 
 
 def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
@@ -176,7 +179,17 @@ def validate(campaign: Campaign) -> None:
                 f"campaign file {campaign.file}: experiment {exp.experiment} passes parameter(s) {unknown} that "
                 f"notebook {exp.notebook} does not declare (it declares {sorted(declared)})"
             )
+        experiment_params(campaign, exp)
     _validate_stacks(campaign)
+
+
+def experiment_params(campaign: Campaign, exp: ExperimentSpec) -> dict[str, Any]:
+    """The experiment's parameters as its Params model validates them: what manifests record and claims read."""
+    kind = kind_of_notebook(exp.notebook)
+    if not has_params_model(kind):
+        return dict(exp.parameters)
+    where = f"campaign file {campaign.file}, experiment {exp.experiment}"
+    return validate_params(kind, exp.parameters, where).model_dump(mode="json")
 
 
 def _validate_stacks(campaign: Campaign) -> None:
@@ -201,30 +214,6 @@ def _validate_stacks(campaign: Campaign) -> None:
             st.with_override(override)
         except InputError as e:
             raise InputError(f"campaign file {campaign.file}: {who}: {e}") from e
-
-
-def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], cwd: Path) -> None:
-    """Run a notebook with papermill; raise ProducerError on a failed cell, naming the cell and the error."""
-    import nbformat
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    try:
-        papermill.execute_notebook(
-            str(notebook), str(output), parameters=parameters, kernel_name="python3", cwd=str(cwd),
-            progress_bar=False, log_output=False, request_save_on_cell_execute=True,
-        )
-    except PapermillExecutionError as e:
-        raise ProducerError(
-            f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {e.evalue}); "
-            f"the output notebook is kept at {output}"
-        ) from e
-    nb = nbformat.read(str(output), as_version=4)
-    # Some failures are recorded only in the metadata (papermill #786): check it as well as the cells.
-    exc = nb.metadata.get("papermill", {}).get("exception")
-    errors = [c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    if exc or errors:
-        raise ProducerError(f"notebook {notebook.name} recorded an error; the output notebook is at {output}")
 
 
 def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +347,7 @@ def run_campaign(
     if url and do_boots:
         log("boot attempts skipped: --url uses a server that is already running")
         do_boots = False
-    result = CampaignResult(campaign=spec.name)
+    result = CampaignResult(campaign=spec.name, data_root=data_root)
     env = environment.capture_environment()
     session = None
     if spec.ledger:
@@ -370,27 +359,41 @@ def run_campaign(
         result.session = session.id
     outcome, error = "failed", None
     try:
-        try:
-            result.topology = topology_check(spec.topology, env)
-        except InputError:
-            outcome = "stopped"  # refused by the campaign's own rule, before anything ran
-            raise
-        if result.topology["marked"]:
-            log("marked: GPUs on different NUMA nodes (SYS); every manifest of this session says so")
-        marks = {"session": result.session, "topology_check": result.topology}
-        if do_boots:
-            result.boot_attempts = run_boot_attempts(campaign, data_root, port, env, marks, log)
-            result.boot_runs += [Path(r["run"]) for r in result.boot_attempts]
-        _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result)
+        with signals.stopping_on_signals():
+            _run_session(campaign, experiments, data_root, url, port, env, do_boots, log, result)
         outcome = "ok"
     except BaseException as e:
-        outcome, error = (outcome if outcome == "stopped" else _outcome_of(e)), str(e)
+        outcome = "stopped" if isinstance(e, (KeyboardInterrupt, _Refused)) else _outcome_of(e)
+        error = signals.reason_of(e.__cause__ if isinstance(e, _Refused) else e)
+        if isinstance(e, _Refused):
+            raise e.__cause__ from None
         raise
     finally:
         result.seconds = time.monotonic() - started
         if session is not None:
             session.end(outcome, [str(r) for r in result.boot_runs + result.runs], error)
     return result
+
+
+class _Refused(Exception):
+    """The campaign's own topology rule refused to start: a stopped session, not a failed one."""
+
+
+def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
+                 port: int | None, env: dict[str, Any], do_boots: bool, log: Callable[[str], None],
+                 result: CampaignResult) -> None:
+    spec = campaign.spec
+    try:
+        result.topology = topology_check(spec.topology, env)
+    except InputError as e:
+        raise _Refused() from e  # refused by the campaign's own rule, before anything ran
+    if result.topology["marked"]:
+        log("marked: GPUs on different NUMA nodes (SYS); every manifest of this session says so")
+    marks = {"session": result.session, "topology_check": result.topology}
+    if do_boots:
+        result.boot_attempts = run_boot_attempts(campaign, data_root, port, env, marks, log)
+        result.boot_runs += [Path(r["run"]) for r in result.boot_attempts]
+    _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result)
 
 
 def _price(campaign: Campaign) -> dict[str, Any] | None:
@@ -410,16 +413,16 @@ def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data
         if k == 1:
             for exp in experiments:
                 info = servers.get(exp, 0, 1) if exp.needs_server else servers.current()
-                result.runs.append(_run_one(campaign, exp, data_root, info, env, log, marks, (0, 1)))
+                _run_one(campaign, exp, data_root, info, env, log, marks, (0, 1), result.runs)
         else:
             for i in range(k):
                 for exp in (e for e in experiments if e.needs_server):
                     info = servers.get(exp, i, k)
-                    result.runs.append(_run_one(campaign, exp, data_root, info, env, log, marks, (i, k)))
+                    _run_one(campaign, exp, data_root, info, env, log, marks, (i, k), result.runs)
                 # The next round starts from a fresh boot, even on the same variant.
                 servers.close()
             for exp in (e for e in experiments if not e.needs_server):
-                result.runs.append(_run_one(campaign, exp, data_root, {}, env, log, marks, (None, k)))
+                _run_one(campaign, exp, data_root, {}, env, log, marks, (None, k), result.runs)
     finally:
         servers.close()
         result.boot_runs += servers.boot_runs
@@ -429,11 +432,12 @@ def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data
 
 def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: dict[str, Any],
              env: dict[str, Any], log: Callable[[str], None], marks: dict[str, Any] | None = None,
-             boot: tuple[int | None, int] = (0, 1)) -> Path:
+             boot: tuple[int | None, int] = (0, 1), started: list[Path] | None = None) -> Path:
     nb = campaign.notebook_path(exp)
     marks = marks or {}
     run = runs.new_run(
-        data_root, campaign.spec.name, exp.experiment, exp.parameters,
+        data_root, campaign.spec.name, exp.experiment, experiment_params(campaign, exp),
+        kind=kind_of_notebook(exp.notebook),
         environment=env,
         notebook={"path": str(nb.relative_to(campaign.root)) if nb.is_relative_to(campaign.root) else str(nb),
                   "sha256": runs.sha256_file(nb), "output": OUTPUT_NOTEBOOK},
@@ -444,6 +448,8 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
         host_load={"start": environment.host_load()},
         **marks,
     )
+    if started is not None:
+        started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
     log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
     params = {**exp.parameters, "base_url": server.get("url"), "run_dir": str(run.path),
               "campaign": campaign.spec.name, "data_root": str(data_root)}
@@ -452,7 +458,7 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
         with sampler:
             execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root)
     except BaseException as e:
-        _finish(run, _outcome_of(e), sampler, error=str(e))
+        _finish(run, _outcome_of(e), sampler, error=signals.reason_of(e))
         raise
     _finish(run, "ok", sampler)
     return run.path

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from offload_lab.core import paths, runs
+from offload_lab.paper import selection
 from offload_lab.core.errors import ClaimError
 from offload_lab.paper.formats import fmt_table
 
@@ -124,6 +125,8 @@ class ClaimSet:
     runs: dict[str, RunInfo]
     absent: list[str]
     claims: dict[str, ResolvedClaim]
+    # runs passed over because their parameters are not the campaign file's (paper.selection)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> ResolvedClaim:
         return self.claims[name]
@@ -142,6 +145,7 @@ class ClaimSet:
             "data_root": self.data_root,
             "runs": {k: asdict(v) for k, v in sorted(self.runs.items())},
             "absent": sorted(self.absent),
+            "skipped": self.skipped,
             "claims": {k: v.to_dict() for k, v in sorted(self.claims.items())},
         }
 
@@ -163,6 +167,7 @@ class ClaimSet:
             data_root=d["data_root"],
             runs={k: RunInfo(**v) for k, v in d["runs"].items()},
             absent=list(d.get("absent") or []),
+            skipped=list(d.get("skipped") or []),
             claims=claims,
         )
 
@@ -437,13 +442,20 @@ def run_info(run_dir: Path, repo_root: Path | None) -> RunInfo:
     )
 
 
-def find_runs(data_root: Path, campaign: str, experiments: Iterable[str]) -> dict[str, Path | None]:
-    """Latest ok run of each experiment named, and of every experiment directory the campaign holds."""
+def find_runs(data_root: Path, campaign: str, experiments: Iterable[str],
+              repo_root: Path | None = None) -> dict[str, Path | None]:
+    """The run the paper reads of each experiment named and of every experiment directory the campaign holds: the
+    newest ok run whose parameters are the campaign file's (:mod:`offload_lab.paper.selection`)."""
+    return select_runs(data_root, campaign, experiments, repo_root).chosen
+
+
+def select_runs(data_root: Path, campaign: str, experiments: Iterable[str],
+                repo_root: Path | None = None) -> "selection.Selection":
     names = set(experiments)
     base = Path(data_root) / campaign
     if base.is_dir():
         names |= {p.name for p in base.iterdir() if p.is_dir()}
-    return {e: runs.latest_run(data_root, campaign, e) for e in sorted(names)}
+    return selection.select(Path(data_root), campaign, names, Path(repo_root) if repo_root else paths.find_root())
 
 
 def _plain(value: Any) -> Any:
@@ -577,7 +589,8 @@ def resolve_claims(
         registry = claim_registry()
     repo = Path(repo_root) if repo_root is not None else None
     wanted = [e for d in registry.values() for e in d.experiments] + list(extra_experiments)
-    latest = find_runs(Path(data_root), campaign, wanted)
+    chosen = select_runs(Path(data_root), campaign, wanted, repo)
+    latest = chosen.chosen
     hashes = HashCache()
     resolved = {
         name: resolve_one(d, None, repo, hashes, latest, Path(data_root), campaign)
@@ -590,6 +603,7 @@ def resolve_claims(
         runs={e: run_info(p, repo) for e, p in latest.items() if p is not None},
         absent=[e for e, p in latest.items() if p is None],
         claims=resolved,
+        skipped=chosen.skipped,
     )
 
 

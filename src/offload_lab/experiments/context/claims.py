@@ -10,38 +10,38 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_ratio, fmt_sig, trend_word
 
-from offload_lab.experiments.context.tables import context_summary
+from offload_lab.experiments.context.tables import SUMMARY, context_summary
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
 
 
 
-@claim("context.lengths", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="lengths")
+@claim("context.lengths", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="lengths")
 def _context_lengths(src: Sources) -> int:
     """Number of context lengths measured."""
     return int(context_summary(src)["context_tokens"].nunique())
 
 
-@claim("context.tokens.shortest", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="tokens")
+@claim("context.tokens.shortest", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="tokens")
 def _context_shortest(src: Sources) -> int:
     """Shortest prompt measured, in tokens."""
     return int(context_summary(src)["context_tokens"].iloc[0])
 
 
-@claim("context.tokens.longest", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="tokens")
+@claim("context.tokens.longest", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="tokens")
 def _context_longest(src: Sources) -> int:
     """Longest prompt measured, in tokens."""
     return int(context_summary(src)["context_tokens"].iloc[-1])
 
 
-@claim("context.requests", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="requests")
+@claim("context.requests", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="requests")
 def _context_requests(src: Sources) -> int:
     """Requests counted in the summary, over all context lengths."""
     return int(context_summary(src)["n"].sum())
 
 
-@claim("context.requests_per_length.min", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="requests")
+@claim("context.requests_per_length.min", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="requests")
 def _context_n_min(src: Sources) -> int:
     """Fewest requests counted at any one context length (the sample behind each median)."""
     return int(context_summary(src)["n"].min())
@@ -89,7 +89,7 @@ for _col, _unit, _fmt, _what in (
         claim(
             f"context.{_col}.{_end}",
             experiment="context",
-            files=["summary.csv"],
+            files=[SUMMARY],
             fmt=_fmt,
             unit=_unit,
             description=f"{_what} at the {_end} context",
@@ -110,7 +110,7 @@ def _ratio(column: str) -> Callable[[Sources], float]:
 claim(
     "context.tpot_ratio",
     experiment="context",
-    files=["summary.csv"],
+    files=[SUMMARY],
     fmt=fmt_ratio,
     unit="ratio",
     description="Median TPOT at the longest context over that at the shortest",
@@ -118,7 +118,7 @@ claim(
 claim(
     "context.ttft_ratio",
     experiment="context",
-    files=["summary.csv"],
+    files=[SUMMARY],
     fmt=fmt_ratio,
     unit="ratio",
     description="Median TTFT at the longest context over that at the shortest",
@@ -126,7 +126,7 @@ claim(
 claim(
     "context.tpot_trend",
     experiment="context",
-    files=["summary.csv"],
+    files=[SUMMARY],
     fmt="{}",
     unit="",
     description="Direction of median TPOT from the shortest to the longest context",
@@ -134,7 +134,7 @@ claim(
 claim(
     "context.ttft_trend",
     experiment="context",
-    files=["summary.csv"],
+    files=[SUMMARY],
     fmt="{}",
     unit="",
     description="Direction of median TTFT from the shortest to the longest context",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from offload_lab.experiments.context.tables import context_summary
+from offload_lab.experiments.context.tables import SUMMARY, context_summary
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (finite as _finite, fmt_int, fmt_pct,
@@ -51,7 +51,7 @@ def _cold_at(summary: pd.DataFrame, tokens: int) -> Any:
     return summary.loc[idx]
 
 
-PREFILL_FILES = ["summary.csv", "concurrency:regimes.csv", "concurrency:manifest.json"]
+PREFILL_FILES = [SUMMARY, "concurrency:regimes.csv", "concurrency:manifest.json"]
 
 
 def _prefill_pair(src: Sources) -> tuple[Any, Any]:
@@ -86,14 +86,14 @@ def _speedup(src: Sources) -> float:
     return float(cold["ttft_median_s"]) / float(cached["ttft_median_s"])
 
 
-@claim("context.prefill_tok_s.longest", experiment="context", files=["summary.csv"], fmt=fmt_int, unit="tokens/s")
+@claim("context.prefill_tok_s.longest", experiment="context", files=[SUMMARY], fmt=fmt_int, unit="tokens/s")
 def _prefill_rate(src: Sources) -> float:
     """Prefill rate of the longest cold prompt: its tokens over its median TTFT."""
     s = context_summary(src)
     return float(s["context_tokens"].iloc[-1]) / float(s["ttft_median_s"].iloc[-1])
 
 
-@claim("context.tpot_p95_spread.longest", experiment="context", files=["summary.csv"], fmt=fmt_pct(0),
+@claim("context.tpot_p95_spread.longest", experiment="context", files=[SUMMARY], fmt=fmt_pct(0),
        unit="fraction")
 def _tpot_spread(src: Sources) -> float:
     """How far p95 TPOT lies above the median at the longest context."""
@@ -101,7 +101,7 @@ def _tpot_spread(src: Sources) -> float:
     return float(s["tpot_p95_ms"].iloc[-1]) / float(s["tpot_median_ms"].iloc[-1]) - 1
 
 
-@claim("context.tpot_verdict", experiment="context", files=["summary.csv"], fmt="{}", unit="")
+@claim("context.tpot_verdict", experiment="context", files=[SUMMARY], fmt="{}", unit="")
 def _tpot_verdict(src: Sources) -> str:
     """Whether the change of median TPOT from the shortest to the longest context is larger than the spread
     between requests at those lengths, in words."""

@@ -9,7 +9,7 @@ from typing import Any
 from offload_lab.paper.claims import Sources
 from offload_lab.paper.figures import FigureDef
 from offload_lab.paper.figures import figure as _figure
-from offload_lab.experiments.context.tables import context_summary
+from offload_lab.experiments.context.tables import SUMMARY, context_summary
 
 SECTION: dict[str, FigureDef] = {}
 figure = functools.partial(_figure, registry=SECTION)
@@ -30,7 +30,7 @@ def _band(ax: Any, x: Any, median: Any, lo: Any, hi: Any, color: str, label: str
     ax.legend(frameon=False, loc="upper left")
 
 
-@figure("context_tpot", experiment="context", files=["summary.csv"])
+@figure("context_tpot", experiment="context", files=[SUMMARY])
 def context_tpot(src: Sources, ax: Any) -> None:
     """Median decode time per output token against prompt length, with the p5–p95 band."""
     s = context_summary(src)
@@ -40,7 +40,7 @@ def context_tpot(src: Sources, ax: Any) -> None:
     ax.set_ylabel("TPOT (ms)")
 
 
-@figure("context_ttft", experiment="context", files=["summary.csv"])
+@figure("context_ttft", experiment="context", files=[SUMMARY])
 def context_ttft(src: Sources, ax: Any) -> None:
     """Median time to first token against prompt length, with the p5–p95 band."""
     s = context_summary(src)
@@ -52,7 +52,7 @@ def context_ttft(src: Sources, ax: Any) -> None:
 
 
 @figure("prefill_cold_cached", experiment="context",
-        files=["summary.csv", "concurrency:regimes.csv", "concurrency:manifest.json"], size_in=(6.0, 2.9))
+        files=[SUMMARY, "concurrency:regimes.csv", "concurrency:manifest.json"], size_in=(6.0, 2.9))
 def prefill_cold_cached(src: Sources, ax: Any) -> None:
     """Time to first token against prompt length: fresh prompts (the context experiment, one request at a time) and
     prompts whose prefix the server had cached (the concurrency regimes, one stream)."""

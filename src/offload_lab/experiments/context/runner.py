@@ -21,10 +21,7 @@ from offload_lab.load import prompts
 from offload_lab.core import runs
 from offload_lab.core import stats
 from offload_lab.core.errors import InputError, ProducerError
-
-EXPERIMENT = "context"
-EVENTS = "events.jsonl"
-SUMMARY = "summary.csv"
+from offload_lab.experiments.context.tables import EVENTS, EXPERIMENT, SUMMARY  # noqa: F401  (notebooks use EXPERIMENT)
 
 
 class ContextParams(BaseModel):

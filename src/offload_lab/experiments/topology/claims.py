@@ -8,7 +8,7 @@ from typing import Any
 
 
 from offload_lab.experiments.boots.claims import BOOTS, boot_records
-from offload_lab.experiments.context.tables import context_summary
+from offload_lab.experiments.context.tables import SUMMARY, context_summary
 from offload_lab.paper.claims import ClaimDef, RunSet, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_ratio, plural, table_value)
@@ -83,7 +83,7 @@ def _topo_verdict(src: Sources) -> str:
     return f"its GPUs sit under one CPU socket ({link}), the layout the study found faster"
 
 
-@claim("topology.comparison", experiment="context", files=["summary.csv", "manifest.json"], scope="all", fmt="{}",
+@claim("topology.comparison", experiment="context", files=[SUMMARY, "manifest.json"], scope="all", fmt="{}",
        unit="")
 def _topo_compare(src: RunSet) -> str:
     """Median TPOT on the slowest machine over the fastest, per context length, where the context experiment ran on
