@@ -16,7 +16,7 @@ ifneq ($(wildcard ../shared/datasets),)
 export OFFLOAD_LAB_DATASETS ?= $(abspath ../shared/datasets)
 endif
 
-.PHONY: run test lab-env server-env sky-env envs model campaign paper paper-reference clean help
+.PHONY: run test lab-env server-env sky-env envs model campaign paper paper-reference bench-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -73,6 +73,9 @@ paper: lab-env  ## build the paper (PDF and HTML) from the campaign's data
 paper-reference: lab-env  ## run the reference campaign (published figures, no server) and build its paper
 	$(LAB)/bin/offload-lab campaign run configs/campaigns/reference.yaml --data-dir $(DATA)
 	$(LAB)/bin/offload-lab paper build --campaign reference --data-dir $(DATA)
+
+bench-data: envs model  ## regenerate data/bench/ (clock check, open-loop knee, vLLM cross-checks; one vLLM at a time)
+	flock /tmp/offload-vllm.lock $(LAB)/bin/offload-lab bench-data --force --out $(DATA)
 
 sky-env: $(VENVS)/sky/.installed  ## SkyPilot's own environment: checks `pod plan`'s tasks offline; Ray for its test
 $(VENVS)/sky/.installed: requirements/sky.txt

@@ -39,7 +39,7 @@ ENVIRONMENT = {"hostname_hash": "host-a", "gpu": {"present": False, "reason": "n
                                                  "topology": None}}
 
 
-def write_boots(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T000000Z-b00001",
+def write_boots(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T000000Z-b00001",
                 startup_s: float = 12.5, outcome: str = "ok", boot_outcome: str = "ready") -> Path:
     run = runs.new_run(data_root, campaign, "boots", {"stack": "configs/stacks/embedded.yaml"}, run_id=run_id,
                        environment=ENVIRONMENT)
@@ -96,7 +96,7 @@ def context_summary(events: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("context_tokens")
 
 
-def write_context(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T001000Z-c00001",
+def write_context(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T001000Z-c00001",
                   outcome: str = "ok") -> Path:
     params = {"context_lengths": CONTEXT_LENGTHS, "output_tokens": OUTPUT_TOKENS, "repeats": REPEATS}
     run = runs.new_run(data_root, campaign, "context", params, run_id=run_id, notebook="notebooks/context.ipynb",
@@ -116,7 +116,7 @@ AUDIT_PARAMS = {"tp": 2, "usable_gib": 95.6, "reserve_gib": 8.0, "host_fraction"
                 "host_categories": ["engram", "embedding"]}
 
 
-def write_audit(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T000500Z-a00001") -> Path:
+def write_audit(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T000500Z-a00001") -> Path:
     run = runs.new_run(data_root, campaign, "audit", AUDIT_PARAMS, run_id=run_id, notebook="notebooks/audit.ipynb")
     total = 300 * GiB
     run.write_json("synthetic_audit.json", {
@@ -185,7 +185,7 @@ def _levels(medians: tuple[float, ...], ttft_s: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_concurrency(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T002500Z-n00001") -> Path:
+def write_concurrency(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T002500Z-n00001") -> Path:
     params = {"regimes": CONCURRENCY_REGIMES, "streams": STREAMS, "requests_per_stream": 3, "bar_tok_s": 40.0,
               "margin": 0.10}
     run = runs.new_run(data_root, campaign, "concurrency", params, run_id=run_id,
@@ -207,7 +207,7 @@ AGENT_PARAMS = {"initial_context_tokens": 1536, "turn_new_tokens": 128, "output_
                 "turns": 3, "bar_tok_s": 40.0, "margin": 0.10}
 
 
-def write_agent_turns(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T003000Z-t00001") -> Path:
+def write_agent_turns(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T003000Z-t00001") -> Path:
     run = runs.new_run(data_root, campaign, "agent_turns", AGENT_PARAMS, run_id=run_id,
                        notebook="notebooks/agent_turns.ipynb")
     t = _levels(AGENT_MEDIANS, 0.04)
@@ -219,7 +219,7 @@ def write_agent_turns(data_root: Path, campaign: str = "embedded", run_id: str =
     return run.path
 
 
-def write_boot_spread(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T004000Z-s00001",
+def write_boot_spread(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T004000Z-s00001",
                       p_tpot: float = 0.0001, p_ttft: float = 0.4) -> Path:
     """A boot_spread analysis of three boots at two prompt lengths: TPOT differs between boots, TTFT does not."""
     params = {"experiment": "context_repeat", "metrics": ["tpot_ms", "ttft_s"], "group_by": "context_tokens",
@@ -260,7 +260,7 @@ def write_published(data_root: Path, campaign: str = "ref", run_id: str = "20260
     return run.path
 
 
-def make_campaign(data_root: Path, campaign: str = "embedded", experiments: tuple[str, ...] = ("boots", "context")
+def make_campaign(data_root: Path, campaign: str = "embedded-fixture", experiments: tuple[str, ...] = ("boots", "context")
                   ) -> Path:
     """A campaign with one ok run per experiment named (plus a failed context run, which must be ignored).
 

@@ -81,14 +81,16 @@ class FakeEndpoint:
         self.server.server_close()
 
 
-def write_quality_run(data_root: Path, campaign: str = "embedded", run_id: str = "20260101T000000Z-q00001",
-                      n: int = 6, reference_right: int = 4, local_right: int = 3) -> Path:
+def write_quality_run(data_root: Path, campaign: str = "embedded-fixture", run_id: str = "20260101T000000Z-q00001",
+                      n: int = 6, reference_right: int = 4, local_right: int = 3, agree: int | None = None) -> Path:
     """A finished ``quality`` run written the way the experiment writes it, from synthetic outcomes (no server).
 
     Per benchmark, the reference gets the first ``reference_right`` items right and the local side the first
-    ``local_right``; each side answers twice with the same outcomes. The paper's fixture campaigns can call this so
-    that the quality section's claims resolve.
+    ``local_right``; each side answers twice with the same outcomes. The answers' token ids agree on the first
+    ``agree`` items of each benchmark (default: half) and part at token 2 on the others. The paper's fixture campaigns
+    can call this so that the quality section's claims resolve.
     """
+    agree = n // 2 if agree is None else agree
     import pandas as pd
 
     from offload_lab.core import runs
@@ -100,7 +102,7 @@ def write_quality_run(data_root: Path, campaign: str = "embedded", run_id: str =
     for role, right in (("reference", reference_right), ("local", local_right)):
         side = run.path / "sides" / role
         side.mkdir(parents=True)
-        rows = []
+        rows, records = [], []
         for bench, ids in benches.items():
             for rep in (0, 1):
                 for k, item_id in enumerate(ids):
@@ -111,6 +113,11 @@ def write_quality_run(data_root: Path, campaign: str = "embedded", run_id: str =
                         row.update(prompt_strict=ok, prompt_loose=ok, inst_total=2, inst_strict=2 * ok,
                                    inst_loose=2 * ok)
                     rows.append(row)
+                    tokens = [k, 1, 2 if role == "reference" or k < agree else 99, 3]
+                    records.append({"kind": "item", "side": role, "benchmark": bench, "item_id": item_id,
+                                    "replicate": rep, "status": "ok", "content": "x",
+                                    "response": {"choices": [{"token_ids": tokens}]}})
+        runs.atomic_write_text(side / "items.jsonl", "".join(json.dumps(r) + "\n" for r in records))
         pd.DataFrame(rows).to_csv(side / "scores.csv", index=False)
         runs.atomic_write_json(side / "side.json", {"label": role, "model": "fake", "replicates": 2, "valid": True,
                                                     "endpoint": {"url": f"http://{role}", "kind": "vllm"}})

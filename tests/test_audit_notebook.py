@@ -47,7 +47,8 @@ def test_audit_notebook_writes_a_verified_run(tmp_path, repo_root, tiny_model):
     spec.write_text(SMALL_SPEC)
     params = {"tiny_model_dir": str(tiny_model), "synthetic_spec": str(spec), "tp": 2, "usable_gib": 0.002,
               "reserve_gib": 0.0, "host_fraction": 0.25, "host_categories": ["engram", "embedding"],
-              "hbm_gbps": 1000.0, "link_gbps": 50.0, "benchmark_repeats": 1, "plan_repeats": 1}
+              "hbm_gbps": 1000.0, "link_gbps": 50.0, "benchmark_repeats": 1, "plan_repeats": 1,
+              "host_ram_gib": 0.0001}
     f = tmp_path / "campaign.yaml"
     f.write_text(yaml.safe_dump({"name": "fit", "experiments": [
         {"experiment": "audit", "notebook": str(repo_root / "notebooks/audit.ipynb"), "needs_server": False,
@@ -56,11 +57,12 @@ def test_audit_notebook_writes_a_verified_run(tmp_path, repo_root, tiny_model):
     (run_dir,) = result.runs
     assert runs.verify_run(run_dir) == []
     m = runs.load_manifest(run_dir)
-    assert m["outcome"] == "ok" and m["parameters"] == params
+    # The manifest records the validated parameters: those given, and every default.
+    assert m["outcome"] == "ok" and m["parameters"] == audit.AuditParams(**params).model_dump()
     expected = {"tiny_audit.json", "synthetic_audit.json", "fit.csv", "generators.csv", "benchmarks.csv",
                 "events.jsonl", "routing_counts_calibration.json", "routing_counts_heldout.json",
                 "routing_counts_shifted.json", "plans/tiny-activation-aware.json", "plans/synthetic-uniform.json",
-                "generators.png"}
+                "figures/audit_fit.svg", "figures/plan_traffic.svg"}  # its own figures, drawn by the notebook
     assert expected <= set(m["files"])
     gens = pd.read_csv(run_dir / "generators.csv")
     assert set(gens["plan"]) >= {"uniform", "layer-order", "budget-fit", "activation-aware"}
@@ -77,3 +79,8 @@ def test_audit_notebook_writes_a_verified_run(tmp_path, repo_root, tiny_model):
     assert syn["memory"]["tp_none"]["fits"] is False and syn["routed_experts"]["experts"] == 64
     fit = pd.read_csv(run_dir / "fit.csv")
     assert set(fit["checkpoint"]) == {"tiny", "synthetic"}
+    # Host RAM in the fit: the plans' pinned buffers, exact and rounded, against a host too small for them.
+    planned = fit[(fit["checkpoint"] == "synthetic") & (fit["host_experts"] > 0)]
+    assert (planned["host_ram_rounded_gib"] >= planned["host_ram_exact_gib"]).all()
+    assert not planned["host_fits"].astype(bool).any() and not planned["fits"].astype(bool).any()
+    assert syn["host_ram"]["tp_uniform"]["fits_rounded"] is False

@@ -24,7 +24,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def resolved(data: Path) -> cl.ClaimSet:
-    return cl.resolve_claims("embedded", data, REPO_ROOT)
+    return cl.resolve_claims("embedded-fixture", data, REPO_ROOT)
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def fresh(tmp_path: Path) -> Path:
 
 
 def _summary(data: Path, run_id: str = "20260101T001000Z-c00001") -> Path:
-    return data / "embedded" / "context" / run_id / "summary.csv"
+    return data / "embedded-fixture" / "context" / run_id / "summary.csv"
 
 
 def test_claims_resolve_to_the_fixture_values(resolved: cl.ClaimSet) -> None:
@@ -73,7 +73,7 @@ def test_the_latest_ok_run_is_read_not_the_newer_failed_one(resolved: cl.ClaimSe
 def test_claims_json_has_value_text_files_and_sha256(resolved: cl.ClaimSet, data: Path, tmp_path: Path) -> None:
     path = resolved.write(tmp_path / "claims.json")
     d = json.loads(path.read_text())
-    assert d["campaign"] == "embedded" and d["kind"] == "embedded"
+    assert d["campaign"] == "embedded-fixture" and d["kind"] == "embedded"
     entry = d["claims"]["context.tpot_median_ms.shortest"]
     for key in ("name", "value", "text", "unit", "files", "run_id", "notebook", "description"):
         assert key in entry
@@ -87,7 +87,7 @@ def test_claims_json_has_value_text_files_and_sha256(resolved: cl.ClaimSet, data
 def test_deleting_a_cited_file_names_it(fresh: Path) -> None:
     _summary(fresh).unlink()
     with pytest.raises(ClaimError) as e:
-        cl.resolve_claims("embedded", fresh, REPO_ROOT)
+        cl.resolve_claims("embedded-fixture", fresh, REPO_ROOT)
     assert "summary.csv" in str(e.value) and "missing" in str(e.value)
     assert "claim context." in str(e.value)
 
@@ -96,20 +96,20 @@ def test_editing_a_cited_file_names_it(fresh: Path) -> None:
     p = _summary(fresh)
     p.write_text(p.read_text().replace("128,", "129,", 1))
     with pytest.raises(ClaimError) as e:
-        cl.resolve_claims("embedded", fresh, REPO_ROOT)
+        cl.resolve_claims("embedded-fixture", fresh, REPO_ROOT)
     assert "summary.csv" in str(e.value) and "sha256" in str(e.value)
 
 
 def test_editing_boot_json_names_it(fresh: Path) -> None:
-    p = next((fresh / "embedded" / "boots").glob("*/boot.json"))
+    p = next((fresh / "embedded-fixture" / "boots").glob("*/boot.json"))
     p.write_text(p.read_text() + " ")
     with pytest.raises(ClaimError, match=r"boot\.json"):
-        cl.resolve_claims("embedded", fresh, REPO_ROOT)
+        cl.resolve_claims("embedded-fixture", fresh, REPO_ROOT)
 
 
 def test_an_experiment_without_an_ok_run_is_absent_not_invented(tmp_path: Path) -> None:
     data = make_campaign(tmp_path, experiments=("boots",))
-    got = cl.resolve_claims("embedded", data, REPO_ROOT)
+    got = cl.resolve_claims("embedded-fixture", data, REPO_ROOT)
     assert "context" in got.absent and "boots" not in got.absent
     c = got.claims["context.tpot_ratio"]
     assert c.status == "absent" and c.value is None and c.text is None and "context" in (c.reason or "")
@@ -122,11 +122,11 @@ def test_a_boot_that_was_not_ready_cannot_give_a_startup_time(tmp_path: Path) ->
     boot = json.loads((run / "boot.json").read_text())
     boot["outcome"] = "oom"
     # Rewrite through a fresh run, so the manifest vouches for the file as written.
-    r = cl.runs.new_run(tmp_path, "embedded", "boots", run_id="20260101T000500Z-b00002")
+    r = cl.runs.new_run(tmp_path, "embedded-fixture", "boots", run_id="20260101T000500Z-b00002")
     r.write_json("boot.json", boot)
     r.finish("ok")
     with pytest.raises(ClaimError, match=r"boots\.startup_s.*boot\.json.*oom"):
-        cl.resolve_claims("embedded", tmp_path, REPO_ROOT)
+        cl.resolve_claims("embedded-fixture", tmp_path, REPO_ROOT)
 
 
 def _one_claim_registry(fn, files=("summary.csv",)) -> dict[str, cl.ClaimDef]:
@@ -140,26 +140,26 @@ def test_a_failing_function_names_the_claim_and_its_file(data: Path) -> None:
         return src.csv("summary.csv")["no_such_column"].iloc[0]
 
     with pytest.raises(ClaimError) as e:
-        cl.resolve_claims("embedded", data, REPO_ROOT, registry=_one_claim_registry(broken))
+        cl.resolve_claims("embedded-fixture", data, REPO_ROOT, registry=_one_claim_registry(broken))
     assert "claim test.value" in str(e.value) and "summary.csv" in str(e.value) and "KeyError" in str(e.value)
 
 
 def test_reading_an_uncited_file_is_refused(data: Path) -> None:
     with pytest.raises(ClaimError, match="events.jsonl.*does not cite"):
         cl.resolve_claims(
-            "embedded", data, REPO_ROOT, registry=_one_claim_registry(lambda src: len(src.events("events.jsonl")))
+            "embedded-fixture", data, REPO_ROOT, registry=_one_claim_registry(lambda src: len(src.events("events.jsonl")))
         )
 
 
 def test_citing_a_file_the_manifest_does_not_list_is_refused(data: Path) -> None:
     reg = _one_claim_registry(lambda src: 1, files=("notes.txt",))
     with pytest.raises(ClaimError, match="notes.txt.*not listed in the manifest"):
-        cl.resolve_claims("embedded", data, REPO_ROOT, registry=reg)
+        cl.resolve_claims("embedded-fixture", data, REPO_ROOT, registry=reg)
 
 
 def test_a_non_finite_value_is_refused(data: Path) -> None:
     with pytest.raises(ClaimError, match="no finite value"):
-        cl.resolve_claims("embedded", data, REPO_ROOT, registry=_one_claim_registry(lambda src: float("nan")))
+        cl.resolve_claims("embedded-fixture", data, REPO_ROOT, registry=_one_claim_registry(lambda src: float("nan")))
 
 
 def test_claim_definitions_are_checked() -> None:
@@ -195,7 +195,7 @@ def test_campaign_kind(tmp_path: Path) -> None:
 
 
 def test_figures_are_drawn_with_a_sidecar(data: Path, tmp_path: Path) -> None:
-    got = fg.draw_figures("embedded", data, tmp_path, REPO_ROOT)
+    got = fg.draw_figures("embedded-fixture", data, tmp_path, REPO_ROOT)
     assert set(got) >= {"context_tpot", "context_ttft"}
     for name in ("context_tpot", "context_ttft"):
         side = json.loads((tmp_path / f"{name}.json").read_text())
@@ -207,13 +207,13 @@ def test_figures_are_drawn_with_a_sidecar(data: Path, tmp_path: Path) -> None:
 
 
 def test_figures_are_reproducible(data: Path, tmp_path: Path) -> None:
-    fg.draw_figures("embedded", data, tmp_path / "a", REPO_ROOT)
-    fg.draw_figures("embedded", data, tmp_path / "b", REPO_ROOT)
+    fg.draw_figures("embedded-fixture", data, tmp_path / "a", REPO_ROOT)
+    fg.draw_figures("embedded-fixture", data, tmp_path / "b", REPO_ROOT)
     assert (tmp_path / "a" / "context_tpot.svg").read_bytes() == (tmp_path / "b" / "context_tpot.svg").read_bytes()
 
 
 def test_a_figure_whose_data_changed_fails_verification(fresh: Path, tmp_path: Path) -> None:
-    fg.draw_figures("embedded", fresh, tmp_path / "f", REPO_ROOT)
+    fg.draw_figures("embedded-fixture", fresh, tmp_path / "f", REPO_ROOT)
     p = _summary(fresh)
     p.write_text(p.read_text() + "\n")
     with pytest.raises(ClaimError, match=r"figure context_tpot: .*summary\.csv changed"):
@@ -221,7 +221,7 @@ def test_a_figure_whose_data_changed_fails_verification(fresh: Path, tmp_path: P
 
 
 def test_a_figure_whose_image_changed_or_has_no_sidecar_fails(data: Path, tmp_path: Path) -> None:
-    fg.draw_figures("embedded", data, tmp_path, REPO_ROOT)
+    fg.draw_figures("embedded-fixture", data, tmp_path, REPO_ROOT)
     (tmp_path / "context_ttft.svg").write_text("<svg/>")
     with pytest.raises(ClaimError, match="context_ttft.svg"):
         fg.verify_figure(tmp_path / "context_ttft.json", REPO_ROOT)
@@ -231,7 +231,7 @@ def test_a_figure_whose_image_changed_or_has_no_sidecar_fails(data: Path, tmp_pa
 
 def test_figures_of_an_absent_experiment_are_left_out(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "d", experiments=("boots",))
-    got = fg.draw_figures("embedded", data, tmp_path / "f", REPO_ROOT)
+    got = fg.draw_figures("embedded-fixture", data, tmp_path / "f", REPO_ROOT)
     assert got["context_tpot"] is None and not (tmp_path / "f" / "context_tpot.svg").exists()
 
 
@@ -239,13 +239,13 @@ def test_drawing_from_a_deleted_file_names_it(fresh: Path, tmp_path: Path) -> No
     shutil.rmtree(tmp_path / "f", ignore_errors=True)
     _summary(fresh).unlink()
     with pytest.raises(ClaimError, match=r"summary\.csv is missing"):
-        fg.draw_figures("embedded", fresh, tmp_path / "f", REPO_ROOT)
+        fg.draw_figures("embedded-fixture", fresh, tmp_path / "f", REPO_ROOT)
 
 
 def test_a_length_where_every_request_failed_is_left_out_and_counted(tmp_path: Path) -> None:
     from offload_lab.experiments.context import runner as context_length
 
-    run = cl.runs.new_run(tmp_path, "embedded", "context", {"context_lengths": [256, 1024, 4096], "output_tokens": 8,
+    run = cl.runs.new_run(tmp_path, "embedded-fixture", "context", {"context_lengths": [256, 1024, 4096], "output_tokens": 8,
                                                            "repeats": 2})
     events = [
         {"kind": "request", "context_tokens": n, "repeat": r, "ok": n != 4096, "ttft_s": n / 1e4,
@@ -257,7 +257,7 @@ def test_a_length_where_every_request_failed_is_left_out_and_counted(tmp_path: P
             log.append(e)
     run.write_table("summary.csv", context_length.summarize(events))
     run.finish("ok")
-    got = cl.resolve_claims("embedded", tmp_path, REPO_ROOT)
+    got = cl.resolve_claims("embedded-fixture", tmp_path, REPO_ROOT)
     assert got["context.tokens.longest"].value == 1024 and got["context.lengths"].value == 2
     assert got["context.requests"].value == 4 and got["context.requests_failed"].value == 2
     assert got["context.events"].value == 6
@@ -273,7 +273,7 @@ def _study(name: str) -> dict[str, cl.ClaimDef]:
 
 def test_a_claim_reads_files_of_two_experiments_and_cites_both(tmp_path: Path) -> None:
     data = make_campaign(tmp_path, experiments=ALL_EXPERIMENTS)
-    got = cl.resolve_claims("embedded", data, REPO_ROOT, registry=_study("prefill"))
+    got = cl.resolve_claims("embedded-fixture", data, REPO_ROOT, registry=_study("prefill"))
     c = got["prefill.cached_speedup"]
     assert c.status == "ok" and c.experiment == "context"
     assert {Path(f.path).parent.parent.name for f in c.files} == {"context", "concurrency"}
@@ -285,7 +285,7 @@ def test_a_claim_reads_files_of_two_experiments_and_cites_both(tmp_path: Path) -
 def test_scope_all_reads_failed_runs_too(tmp_path: Path) -> None:
     data = make_campaign(tmp_path, experiments=("boots",))
     write_boots(data, run_id="20260101T000100Z-b00002", startup_s=30.0, outcome="failed", boot_outcome="oom_kv_cache")
-    got = cl.resolve_claims("embedded", data, REPO_ROOT, registry=_study("boots"))
+    got = cl.resolve_claims("embedded-fixture", data, REPO_ROOT, registry=_study("boots"))
     assert got["boots.count"].value == 2 and got["boots.ready"].value == 1 and got["boots.count"].runs == 2
     assert got["boots.outcomes"].text == "1 ready and 1 out of memory allocating the KV cache"
     assert got["boots.startup_range"].text == "12.5" and got["boots.all_ready"].text == "no"

@@ -97,15 +97,16 @@ def test_capacity_command_with_correlation_and_profile(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "beta-binomial" and out["pods"] == capacity.pods_for_team(250, 4, Demand(0.071, 0.05), 0.01)
     profile = str(ROOT / "configs/profiles/published-week.yaml")
-    assert cli.main(["capacity", "--profile", profile, "--stream-tok-s", "40",
+    # The published profile's split is inferred from its hours, which needs a prefill rate too (issue 12).
+    assert cli.main(["capacity", "--profile", profile, "--stream-tok-s", "40", "--prefill-tok-s", "2000",
                      *base]) == 0
     assert json.loads(capsys.readouterr().out)["q_from"].startswith("profile")
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--q", "0", "--streams-per-pod", "4", "--alpha", "0.01", "--team", "5"], "q must be in"),
-    (["--q", "0.1", "--streams-per-pod", "4", "--alpha", "1.5", "--team", "5"], "alpha"),
-    (["--q", "0.1", "--streams-per-pod", "4", "--alpha", "0.01", "--team", "0"], "team size"),
+    (["--q", "0", "--streams-per-pod", "4", "--alpha", "0.01", "--team", "5"], "argument --q: 0 is out of range"),
+    (["--q", "0.1", "--streams-per-pod", "4", "--alpha", "1.5", "--team", "5"], "argument --alpha"),
+    (["--q", "0.1", "--streams-per-pod", "4", "--alpha", "0.01", "--team", "0"], "argument --team"),
     (["--profile", "configs/profiles/published-week.yaml", "--streams-per-pod", "4", "--alpha", "0.01",
       "--team", "5"], "--stream-tok-s"),
 ])

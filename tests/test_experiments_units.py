@@ -66,8 +66,10 @@ def test_the_layer_contracts_hold_and_break_on_a_forbidden_import(tmp_path):
 def _repo_copy(tmp_path: Path) -> Path:
     """A repository a notebook can run in: configs, notebooks, pyproject (data/ starts empty)."""
     root = tmp_path / "repo"
-    for part in ("configs", "notebooks"):
-        shutil.copytree(ROOT / part, root / part)
+    shutil.copytree(ROOT / "configs", root / "configs")
+    (root / "notebooks").mkdir(parents=True)
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy(nb, root / "notebooks" / nb.name)
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 

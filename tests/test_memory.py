@@ -112,7 +112,8 @@ def test_memory_math_rows():
     rows = memory.memory_math(memory.parse_count("763.2B"))
     assert [r["format"] for r in rows] == ["Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"]
     for r in rows:
-        assert set(r) == {"format", "bits_per_weight", "weight_gb", "smallest_memory_gb"}
+        assert set(r) == {"format", "bits_per_weight", "weight_gb", "smallest_memory_gb", "ladder", "ladder_unit"}
+        assert r["ladder"] == "offload-lab" and r["ladder_unit"] == "GiB"  # the default until the page's is in
         assert r["weight_gb"] == pytest.approx(763.2e9 * r["bits_per_weight"] / 8 / 1e9)
         size = r["smallest_memory_gb"]
         assert size * GiB >= r["weight_gb"] * 1e9
@@ -122,5 +123,18 @@ def test_memory_math_rows():
     with pytest.raises(InputError, match=r"unknown format"):
         memory.memory_math(1e9, ["Q1"])
     assert memory.parse_count("35.4M") == pytest.approx(35.4e6) and memory.parse_count("7e11") == 7e11
-    with pytest.raises(InputError, match=r"not a parameter count"):
+    with pytest.raises(InputError, match=r"--params 'lots': not a parameter count"):
         memory.parse_count("lots")
+    for bad in ("1e400", "0", "nan", "-5B"):
+        with pytest.raises(InputError, match=r"--params"):
+            memory.parse_count(bad)
+
+
+def test_memory_math_ladders_are_named_and_the_pages_is_not_invented():
+    inputs = memory.memory_math_inputs()
+    assert inputs.default_ladder == "offload-lab" and set(inputs.ladders) == {"offload-lab", "community-page"}
+    assert inputs.ladders["community-page"].sizes is None and inputs.ladders["community-page"].unit == "GB"
+    with pytest.raises(InputError, match=r"--ladder community-page: its sizes are not transcribed"):
+        memory.memory_math(763.2e9, ladder="community-page")
+    with pytest.raises(InputError, match=r"--ladder nope: no such ladder"):
+        memory.memory_math(763.2e9, ladder="nope")

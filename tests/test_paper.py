@@ -15,6 +15,7 @@ import pytest
 from pypdf import PdfReader
 
 from offload_lab.paper import build as paper
+from offload_lab.paper.pandoc_ast import _stringify
 from offload_lab.core.errors import AuditError, ClaimError, InputError
 from paper_fixtures import ALL_EXPERIMENTS, REPO_ROOT, copy_paper_sources, make_campaign, write_boots
 
@@ -35,7 +36,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(data: Path, tmp_path_factory: pytest.TempPathFactory) -> paper.BuildResult:
-    return paper.build_paper("embedded", data, tmp_path_factory.mktemp("paper-out"), REPO_ROOT, use_quarto=False)
+    return paper.build_paper("embedded-fixture", data, tmp_path_factory.mktemp("paper-out"), REPO_ROOT, use_quarto=False)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def _used_claims() -> set[str]:
 
 def _prepared_text(campaign: str, data: Path, tmp_path: Path, repo: Path = REPO_ROOT) -> str:
     prep = paper.prepare(campaign, data, repo, tmp_path / "gen")
-    return _flat(paper._stringify(prep.ast["blocks"]))
+    return _flat(_stringify(prep.ast["blocks"]))
 
 
 # The build ----------------------------------------------------------------------------------------------------------
@@ -80,9 +81,9 @@ def test_the_build_writes_a_real_pdf_and_html(built: paper.BuildResult, pdf_page
     html = built.html.read_text()
     assert "<html" in html and "Reading and writing long contexts" in html
     assert "{{<" not in html and "?claim" not in html
-    # Only the seats and cost sections are left out: the fixture has every measured experiment, no capacity run.
+    # Only seats and cost and the cached prefix are left out: the fixture has the other measured experiments.
     notes = re.findall(r"Left out: this campaign has no finished run of the ([^<]*?) experiment", _flat(html))
-    assert notes and set(notes) == {"capacity, cost"}
+    assert notes and set(notes) == {"capacity", "cached_prefix"}
     assert built.seconds < 30
     assert set(built.outputs()) >= {"pdf", "html", "claims"}
 
@@ -96,7 +97,7 @@ def test_the_pdf_holds_every_claim_the_html_links(built: paper.BuildResult, pdf_
     # Every resolved claim the sources use is printed, except those under a .when this campaign fails.
     assert len(linked & used) >= 0.9 * len(used) and linked <= used
     body = " ".join(pdf_pages)
-    text = _flat(paper._stringify(paper.prepare("embedded", data, REPO_ROOT, tmp_path / "gen").ast["blocks"]))
+    text = _flat(_stringify(paper.prepare("embedded-fixture", data, REPO_ROOT, tmp_path / "gen").ast["blocks"]))
     for name in linked:
         if claims[name]["kind"] != "inline":
             continue
@@ -112,7 +113,7 @@ def test_text_that_depends_on_a_result_is_computed(built: paper.BuildResult, pdf
     assert ("short held the bar at every level measured, up to 4 streams, the longest; private context lost it "
             "first, at 2 streams") in body
     assert "set by private context" in body
-    assert "no difference is resolved" in body
+    assert "no difference in scores is resolved" in body
     assert ("for TPOT the boots differ by more than the spread within a boot explains at every context length "
             "(permutation p below 0.001); for TTFT the boots differ by no more than") in body
     assert "the model does not fit by 48.7 GiB" in body
@@ -144,7 +145,7 @@ def test_html_claims_link_to_their_data_file_and_notebook(built: paper.BuildResu
     assert m, "claim link missing"
     assert m.group(1).endswith("summary.csv") and "sha256 " in m.group(2)
     assert (built.html.parent / m.group(1)).resolve().is_file()
-    nb = re.search(r'data-claim="agent.tok_s.one"[^>]*>[^<]*</a><sup><a href="([^"]+)" class="claim-nb"', html)
+    nb = re.search(r'data-claim="agent.tok_s.one"[^>]*>[^<]*</a><a href="([^"]+)" class="claim-nb"', html)
     assert nb and nb.group(1).endswith("notebook.ipynb") or nb and "agent_turns.ipynb" in nb.group(1)
     # Each figure names its data files and its notebook under the caption.
     cap = re.search(r'Data: <a href="([^"]+)" class="figure-source"[^>]*>agent_turns/regimes.csv</a>', html)
@@ -156,9 +157,9 @@ def test_the_provenance_appendix_lists_every_claim_and_file(built: paper.BuildRe
     claims = json.loads(built.claims_json.read_text())["claims"]
     whole = " ".join(pdf_pages)
     appendix = whole[whole.index("Provenance Every number") :]
-    for name, c in claims.items():
-        if c["status"] != "ok":
-            continue
+    # Every claim the paper prints (claims.json keeps the others).
+    for name in built.shown_claims:
+        c = claims[name]
         assert name in appendix
         data = [f for f in c["files"] if not f["path"].endswith("manifest.json")] or c["files"]
         assert data[0]["sha256"][:12] in appendix
@@ -178,7 +179,7 @@ def test_the_figures_and_claims_json_are_written(built: paper.BuildResult) -> No
 
 
 def test_the_same_data_give_the_same_pdf(built: paper.BuildResult, data: Path, tmp_path: Path) -> None:
-    again = paper.build_paper("embedded", data, tmp_path / "again", REPO_ROOT, formats=("pdf",), use_quarto=False)
+    again = paper.build_paper("embedded-fixture", data, tmp_path / "again", REPO_ROOT, formats=("pdf",), use_quarto=False)
     assert again.pdf.read_bytes() == built.pdf.read_bytes()
 
 
@@ -192,7 +193,7 @@ def test_the_repository_checkout_is_not_touched(built: paper.BuildResult) -> Non
 
 def test_a_missing_experiment_leaves_its_section_out_with_a_note(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", experiments=("boots",))
-    res = paper.build_paper("embedded", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
+    res = paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
     text = _flat(" ".join(p.extract_text() for p in PdfReader(str(res.pdf)).pages))
     assert ("Reading and writing long contexts Left out: this campaign has no finished run of the context "
             "experiment") in text
@@ -206,8 +207,10 @@ def test_a_published_campaign_prints_the_published_variant(tmp_path: Path) -> No
     # Agent turns and the prefill come from the transcription; measured sections are left out with their note.
     assert "The study\u2019s agent regime started from 88,000 tokens" in text
     assert "hold the bar up to 6 agents and lose it at 8" in text
-    assert "A prompt of 260,000 tokens took 45.07 s" in text
-    assert "Agent turns Left out" not in text and "Reading and writing long contexts Left out" not in text
+    # The closing table lists every published figure with the claim that prints it.
+    assert "45.07 s published.prefill_ttft_s" in text
+    # The context section's published variant reads ref_context (the reference campaign has it; this fixture not).
+    assert "Agent turns Left out" not in text
     assert "Boots Left out: this campaign has no finished run of the boots experiment" in text
     assert WARNING not in text
 
@@ -215,7 +218,7 @@ def test_a_published_campaign_prints_the_published_variant(tmp_path: Path) -> No
 def test_a_failed_boot_is_counted_and_named(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", experiments=("boots",))
     write_boots(data, run_id="20260101T000100Z-b00002", startup_s=40.0, outcome="failed", boot_outcome="oom_load")
-    text = _prepared_text("embedded", data, tmp_path)
+    text = _prepared_text("embedded-fixture", data, tmp_path)
     assert "recorded two server starts, and 1 ready and 1 out of memory while loading the weights" in text
     assert "Those that became ready took 12.5 s" in text and "They took" not in text
     # Without a repeated-boot analysis, the boots section says so, and so do the limits.
@@ -236,7 +239,7 @@ def test_a_real_campaign_has_no_embedded_warning(tmp_path: Path) -> None:
 def test_a_bare_number_in_the_prose_fails_naming_it(repo: Path, data: Path, tmp_path: Path) -> None:
     qmd, line = _edit_qmd(repo, "**Decode.** Median TPOT", "**Decode.** Across 37 runs, median TPOT")
     with pytest.raises(AuditError) as e:
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
     assert "'37'" in str(e.value) and f"{qmd.name}:{line}" in str(e.value)
 
 
@@ -244,7 +247,7 @@ def test_an_unknown_claim_fails_naming_it_and_its_line(repo: Path, data: Path, t
     qmd, line = _edit_qmd(repo, "Median TPOT {{< claim context.tpot_trend >}}",
                           "Median TPOT {{< claim context.tpot_trend >}} {{< claim context.tpot_typo >}}")
     with pytest.raises(ClaimError) as e:
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
     assert "context.tpot_typo" in str(e.value) and f"{qmd.name}:{line}" in str(e.value)
 
 
@@ -252,35 +255,35 @@ def test_an_absent_claim_used_outside_its_section_fails(repo: Path, tmp_path: Pa
     data = make_campaign(tmp_path / "data", experiments=("boots",))
     _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nAt {{< claim context.tpot_ratio >}}.\n")
     with pytest.raises(ClaimError, match=r"claim context\.tpot_ratio is used but absent"):
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
 
 
 def test_a_table_claim_inside_a_sentence_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
     _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nSee {{< claim boots.table >}}.\n")
     with pytest.raises(InputError, match="table claim boots.table must stand alone"):
-        paper.prepare("embedded", data, repo, tmp_path / "gen")
+        paper.prepare("embedded-fixture", data, repo, tmp_path / "gen")
 
 
 def test_a_changed_data_file_fails_the_build_naming_it(repo: Path, tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data")
-    p = next((data / "embedded" / "context").glob("*c00001/summary.csv"))
+    p = next((data / "embedded-fixture" / "context").glob("*c00001/summary.csv"))
     p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n", 1))
     with pytest.raises(ClaimError, match=r"summary\.csv was changed"):
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
 
 
 def test_a_changed_file_of_another_experiment_fails_naming_it(tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", experiments=("boots", "context", "concurrency"))
-    p = next((data / "embedded" / "concurrency").glob("*/regimes.csv"))
+    p = next((data / "embedded-fixture" / "concurrency").glob("*/regimes.csv"))
     p.write_text(p.read_text() + "\n")
     with pytest.raises(ClaimError, match=r"concurrency/.*/regimes\.csv was changed"):
-        paper.prepare("embedded", data, REPO_ROOT, tmp_path / "gen")
+        paper.prepare("embedded-fixture", data, REPO_ROOT, tmp_path / "gen")
 
 
 def test_a_cross_reference_to_no_figure_fails(repo: Path, data: Path, tmp_path: Path) -> None:
     _edit_qmd(repo, "(@fig-context-tpot)", "(@fig-nothing)")
     with pytest.raises(AuditError, match="@fig-nothing"):
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
 
 
 # The audit on its own -----------------------------------------------------------------------------------------------
@@ -383,25 +386,11 @@ def test_a_number_that_slips_past_the_lint_is_caught_in_the_pdf(repo: Path, data
     (repo / "paper" / "sections" / "snippet.md").write_text("We ran 5150 extra requests.\n")
     _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n{{< include snippet.md >}}\n")
     with pytest.raises(AuditError) as e:
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
     assert "'5150'" in str(e.value) and "paper.pdf page" in str(e.value) and "paper.html line" in str(e.value)
-
-
-def test_audit_without_arguments_reads_quartos_output(
-    built: paper.BuildResult, repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # What the post-render hook `offload-lab paper audit` does inside a Quarto project.
-    (repo / "paper" / paper.GENERATED).mkdir(parents=True)
-    (repo / "paper" / paper.GENERATED / "claims.json").write_bytes(built.claims_json.read_bytes())
-    (repo / "_manuscript").mkdir()
-    (repo / "_manuscript" / "index.html").write_bytes(built.html.read_bytes())
-    (repo / "_manuscript" / "paper.pdf").write_bytes(built.pdf.read_bytes())
-    monkeypatch.setenv("QUARTO_PROJECT_DIR", str(repo))
-    report = paper.audit()
-    assert any(c.endswith("paper.pdf") for c in report.checked) and any(c.endswith("index.html") for c in report.checked)
 
 
 def test_an_executable_cell_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
     _, line = _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n```{python}\nx = 1\n```\n")
     with pytest.raises(InputError, match=rf"_limits.qmd:{line + 2}: executable code cells"):
-        paper.build_paper("embedded", data, tmp_path / "out", repo, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)

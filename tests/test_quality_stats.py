@@ -123,4 +123,4 @@ def test_cli_paired_json_has_the_documented_keys(capsys):
 
 def test_cli_paired_rejects_impossible_counts(capsys):
     assert cli.main(["quality", "paired", "--n", "5", "--b", "4", "--c", "4"]) == 2
-    assert "b + c <= n" in capsys.readouterr().err
+    assert "is more than --n 5" in capsys.readouterr().err

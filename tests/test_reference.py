@@ -38,30 +38,93 @@ def _source_text() -> str:
 def _spellings(v) -> set[str]:
     if isinstance(v, str):
         return {v.lower()}
-    out = {f"{v:g}", f"{v:,}", f"{100 * v:g}%"}
+    out = {f"{v:g}", f"{v:,}", f"{100 * v:g}%", f"{v:.2f}", f"{v:.3f}", f"{100 * v:.1f}%"}
     if float(v).is_integer():
         out |= {f"{int(v):,}", str(int(v))}
         words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
         if 0 <= v < len(words):
-            out.add(words[int(v)])
+            out |= {words[int(v)], "single"}
     return out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # the summary wraps its lines; a quote may span two
 
 
 def test_every_transcribed_figure_is_quoted_from_the_summary_and_its_value_is_in_the_quote():
     text = _source_text()
     headings = [ln for ln in text.splitlines() if ln.startswith("#")]
     t = published.load_transcription(STUDY)
-    flat = " ".join(text.split())  # the summary wraps its lines; a quote may span two
+    flat = _flat(text)
     for f in t.figures:
         for part in f.published.split(" | "):
             assert part.strip() in flat, f"{f.key}: {part!r} is not in the published summary"
-        values = f.value if isinstance(f.value, list) else [f.value]
+        values = [] if f.value is None else (f.value if isinstance(f.value, list) else [f.value])
         for v in values:
             assert any(s in f.published.lower() for s in _spellings(v)), f"{f.key}: {v!r} not in {f.published!r}"
         assert any(f.section.split(" (")[0] in h for h in headings), f"{f.key}: no section {f.section!r}"
+        if f.as_published:
+            assert f.as_published in f.published
     for name, table in t.tables.items():
+        assert table.published in text, name
         for row in table.rows:
-            assert "| " + " | ".join(f"{x:g}" for x in row) + " |" in text, (name, row)
+            for col, cell in zip(table.columns, row):
+                if cell is None or col in table.labels:
+                    continue
+                assert any(s in flat.lower() for s in _spellings(cell)), (name, col, cell)
+
+
+# Numerals of the summary that are not figures of the study: names of experiments, units' definitions, versions and
+# model names of the home rigs' hardware (each table cell that holds them is transcribed verbatim).
+_NOT_FIGURES = re.compile(r"E\d+(/E\d+)?|2\^30|10\^9|pod [123]|Q\d_[0K]\w*|x16")
+
+
+def _numbers(text: str) -> list[str]:
+    body = _NOT_FIGURES.sub(" ", text)
+    return re.findall(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?", body)
+
+
+def test_every_number_of_the_summary_is_in_the_transcription():
+    """The other direction: each numeral the summary prints is some transcribed figure's value or sits in a
+    transcribed quote or table cell, so no published figure is left out of the data."""
+    text = _source_text()
+    t = published.load_transcription(STUDY)
+    values: set[float] = set()
+    quoted = " ".join(f.published for f in t.figures)
+    for f in t.figures:
+        for v in ([] if f.value is None else (f.value if isinstance(f.value, list) else [f.value])):
+            if not isinstance(v, str):
+                values |= {float(v), round(100 * float(v), 6)}
+    for table in t.tables.values():
+        for row in table.rows:
+            for cell in row:
+                if isinstance(cell, (int, float)):
+                    values |= {float(cell), abs(float(cell))}
+                elif isinstance(cell, str):
+                    quoted += " " + cell
+    first = text.index("\n## ")  # the preamble is about the file, not the study (its first paragraph is transcribed)
+    preamble_figures = text[: text.index("\n\n", text.index("# ") + 2) + 2]
+    missing = []
+    for num in _numbers(preamble_figures[preamble_figures.index("\n\n"):] + text[first:]):
+        v = float(num.replace(",", ""))
+        if v in values or abs(v) in values or num in quoted:
+            continue
+        missing.append(num)
+    assert not missing, f"numbers of the summary in no transcribed figure: {missing}"
+
+
+def test_a_deleted_published_file_fails_the_build_naming_it(tmp_path):
+    """The transcription, its profile and the run's files: each missing one stops what needs it, by name."""
+    from offload_lab.core.errors import ClaimError
+
+    with pytest.raises(InputError, match="gone.yaml"):
+        published.load_transcription(tmp_path / "gone.yaml")
+    run = runs.new_run(tmp_path / "data", "reference", published.EXPERIMENT, {})
+    published.transcribe(run, "configs/published/study.yaml", ROOT)
+    run.finish("ok")
+    (run.path / "boots.csv").unlink()
+    with pytest.raises(ClaimError, match="boots.csv is missing"):
+        claims.resolve_claims("reference", tmp_path / "data", ROOT)
 
 
 def test_transcription_is_checked_against_the_summary(tmp_path):
@@ -88,7 +151,8 @@ def test_transcribed_run_records_its_provenance(tmp_path):
     prov = published.transcribe(run, "configs/published/study.yaml", ROOT)
     run.finish("ok")
     assert prov["kind"] == "transcribed from the published summary"
-    assert set(prov["sections"]) == {"figures.json", "agent_turns.csv", "profile-published-week.json"}
+    assert set(prov["sections"]) == {"figures.json", "agent_turns.csv", "boots.csv", "quality.csv", "home_rigs.csv",
+                                     "profile-published-week.json"}
     m = runs.load_manifest(run.path)
     assert m["provenance"]["source"].endswith("published-study.md") and "provenance.json" in m["files"]
     pub = published.read_published(tmp_path, "reference")
@@ -96,14 +160,20 @@ def test_transcribed_run_records_its_provenance(tmp_path):
     assert runs.verify_run(run.path) == []
 
 
+SMALL = "reference-small"  # a name of its own: the paper reads a campaign file's runs only with its parameters
+
+
 def _small_campaign(tmp_path: Path) -> Path:
     spec = yaml.safe_load(REFERENCE.read_text())
+    spec["name"] = SMALL
     for e in spec["experiments"]:
         e["notebook"] = str(ROOT / e["notebook"])
         if e["experiment"] == "capacity":
             e["parameters"].update(max_team=300, simulation_weeks=1, rhos=[0.0, 0.05, 0.1])
         if e["experiment"] == "cost":
             e["parameters"].update(max_team_plot=40)
+        if e["experiment"] == "ref_quality":
+            e["parameters"].update(resamples=500)
     f = tmp_path / "reference.yaml"
     f.write_text(yaml.safe_dump(spec))
     return f
@@ -113,9 +183,9 @@ def _section_registry() -> dict:
     return claims_capacity.SECTION
 
 
-def _expected(data_root: Path) -> dict[str, float]:
+def _expected(data_root: Path, campaign: str = "reference") -> dict[str, float]:
     """The issue's figures, computed here straight from the published run through the library."""
-    inp = gather(published.read_published(data_root, "reference"), "published-week", "published")
+    inp = gather(published.read_published(data_root, campaign), "published-week", "published")
     d, prices = Demand(inp.q), cost.Prices(inp.pod_eur_per_hour, inp.seat_eur_per_month)
     pods = {n: capacity.pods_for_team(n, inp.streams_per_pod, d, 0.01) for n in (100, 250)}
     return {
@@ -137,17 +207,18 @@ def test_reference_campaign_file_is_valid():
 @pytest.mark.slow
 def test_reference_campaign_runs_without_a_server_and_its_claims_resolve(tmp_path):
     result = campaign.run_campaign(_small_campaign(tmp_path), data_root=tmp_path / "data", log=lambda _: None)
-    assert [p.parent.name for p in result.runs] == ["published", "capacity", "cost"]
+    assert [p.parent.name for p in result.runs] == ["published", "ref_model", "ref_context", "ref_regimes",
+                                                     "ref_topology", "ref_quality", "ref_campaign", "capacity", "cost"]
     for run_dir in result.runs:
         assert runs.load_manifest(run_dir)["outcome"] == "ok" and runs.verify_run(run_dir) == []
     provenance = runs.load_manifest(result.runs[0])["provenance"]
     assert provenance["kind"] == "transcribed from the published summary"
     assert provenance["sections"]["figures.json"] and provenance["source"].endswith("published-study.md")
-    cs = claims.resolve_claims("reference", tmp_path / "data", ROOT, registry=_section_registry())
+    cs = claims.resolve_claims(SMALL, tmp_path / "data", ROOT, registry=_section_registry())
     assert not [c.name for c in cs.claims.values() if c.status != "ok"]
-    for name, want in _expected(tmp_path / "data").items():
+    for name, want in _expected(tmp_path / "data", SMALL).items():
         assert cs[name].value == pytest.approx(want), name
-    inputs = json.loads((result.runs[1] / "inputs.json").read_text())
+    inputs = json.loads((next(r for r in result.runs if r.parent.name == "capacity") / "inputs.json").read_text())
     assert inputs["provenance"]["q"]["section"] == "E11 Usage profile"
     assert inputs["values"]["streams_at_bar_from_table"] == inputs["values"]["streams_per_pod"]
 

@@ -40,7 +40,7 @@ def test_ready_and_timeout():
 def test_stack_file_errors_name_the_file_and_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\npython: p\nmodel: {path: m}\nserver: {argz: []}\n")
-    with pytest.raises(InputError, match=r"bad\.yaml.*\n.*server\.argz"):
+    with pytest.raises(InputError, match=r"bad\.yaml[\s\S]*server\.argz"):
         stack.load_stack(bad)
     with pytest.raises(InputError, match="does not exist"):
         stack.load_stack(tmp_path / "missing.yaml")

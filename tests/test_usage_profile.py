@@ -27,14 +27,14 @@ def _good() -> dict:
 def test_published_profile_times_to_the_published_figures():
     prof = load_profile(PUBLISHED)
     assert prof.provenance.kind == "published" and prof.provenance.section
-    t = profile_timing(prof, stream_tok_s=prof.published.stream_tok_s)
-    assert not t.split_known  # a total and a ratio: written tokens timed at the output rate
+    t = profile_timing(prof, stream_tok_s=prof.published.stream_tok_s, prefill_tok_s=260_000 / 45.07)
+    assert not t.split_known  # a total and a ratio: the split is inferred from the published hours
     # The published figures are rounded; this project's must round to them.
     assert round(t.hours_generating, 1) == prof.published.hours_generating
     assert round(t.fraction_of_period, 3) == prof.published.fraction_of_period
     assert abs(t.q - prof.published.q) < 0.0015
-    assert t.output_tokens + t.cached_read_tokens == pytest.approx(prof.tokens.total)
-    assert t.cached_read_tokens / t.output_tokens == pytest.approx(prof.tokens.cached_reads_per_written_token)
+    assert t.output_tokens + t.new_input_tokens + t.cached_read_tokens == pytest.approx(prof.tokens.total)
+    assert t.cached_read_tokens / t.output_tokens == pytest.approx(prof.tokens.cached_reads_per_output_token)
 
 
 def test_published_profile_figures_are_in_the_published_summary():
@@ -46,7 +46,7 @@ def test_published_profile_figures_are_in_the_published_summary():
     prof = load_profile(PUBLISHED)
     pub = prof.published
     for words in (f"{prof.tokens.total / 1e6:g} million", f"{prof.sessions} sessions",
-                  f"{prof.active_days:g} active days", f"| {prof.tokens.cached_reads_per_written_token:g} |",
+                  f"{prof.active_days:g} active days", f"| {prof.tokens.cached_reads_per_output_token:g} |",
                   f"{prof.window_hours:g} hours on each", f"{pub.hours_generating:g} hours a week",
                   f"{100 * pub.fraction_of_period:g}% of", f"{100 * pub.q:g}%", f"{pub.stream_tok_s:g} tok/s"):
         assert words in section, words
@@ -62,14 +62,14 @@ def test_split_profile_times_output_and_prefill():
 
 @pytest.mark.parametrize("change,field,words", [
     ({"tokens": {"output": -5, "new_input": 0, "cached_read": 0}}, "tokens.output", "greater than or equal to 0"),
-    ({"tokens": {"total": -1, "cached_reads_per_written_token": 3}}, "tokens.total", "greater than or equal to 0"),
+    ({"tokens": {"total": -1, "cached_reads_per_output_token": 3}}, "tokens.total", "greater than or equal to 0"),
     ({"window_hours": 25}, "(profile)", "longer than a day"),
     ({"active_days": 8}, "(profile)", "more than the period has days"),
     ({"period_days": 0}, "period_days", "greater than 0"),
     ({"sessions": -2}, "sessions", "greater than or equal to 0"),
     ({"tokens": {"output": 1, "new_input": 2}}, "tokens", "either output, new_input and cached_read"),
     ({"tokens": {"output": 1, "new_input": 2, "cached_read": 3, "total": 7}}, "tokens", "does not equal total"),
-    ({"tokens": {"total": 9, "cached_reads_per_written_token": 2, "output": 1}}, "tokens", "not a mix"),
+    ({"tokens": {"total": 9, "cached_reads_per_output_token": 2, "output": 1}}, "tokens", "not a mix"),
     ({"surprise": 1}, "surprise", "Extra inputs are not permitted"),
     ({"provenance": {"kind": "rumour", "source": "x"}}, "provenance.kind", "published"),
 ])
@@ -99,5 +99,5 @@ def test_cli_profile_exit_codes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.yaml" in err and "longer than a day" in err
     assert cli.main(["profile", str(tmp_path / "missing.yaml"), "--stream-tok-s", "40"]) == 2
-    assert cli.main(["profile", str(PUBLISHED), "--stream-tok-s", "40", "--json"]) == 0
+    assert cli.main(["profile", str(PUBLISHED), "--stream-tok-s", "40", "--prefill-tok-s", "5769", "--json"]) == 0
     assert '"q":' in capsys.readouterr().out

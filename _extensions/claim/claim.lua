@@ -16,12 +16,23 @@ local function is_html()
   return FORMAT and FORMAT:match("html") ~= nil
 end
 
--- Where readers find a data file: `offload-lab: data-url:` (e.g. a permalink base), else relative to the output,
--- which a manuscript writes one directory below the repository root (_manuscript/).
+-- Where readers find a data file: `offload-lab: data-url:` (e.g. a permalink base), else a path relative to the
+-- page being written. Under Quarto that page is quarto.doc.output_file (a manuscript article paper/paper.qmd lands in
+-- _manuscript/paper/index.html: quarto-cli src/resources/pandoc/datadir/init.lua outputFile()), and data paths are
+-- relative to quarto.project.directory. Plain pandoc (the tests) has neither: one directory below the root, as
+-- offload-lab's own build writes _output/<campaign>/paper.html two below it and links from there itself.
 local function href(meta, path)
   local ol = meta and meta["offload-lab"]
   if ol and ol["data-url"] then return pandoc.utils.stringify(ol["data-url"]) .. path end
   if path:sub(1, 1) == "/" then return "file://" .. path end
+  local doc, project = quarto and quarto.doc, quarto and quarto.project
+  if doc and doc.output_file and project and project.directory then
+    local page = doc.output_file
+    if not pandoc.path.is_absolute(page) then page = pandoc.path.join({ project.directory, page }) end
+    local target = pandoc.path.join({ project.directory, path })
+    -- true: allow "../" steps (https://pandoc.org/lua-filters.html#pandoc.path.make_relative)
+    return pandoc.path.make_relative(target, pandoc.path.directory(page), true)
+  end
   return "../" .. path
 end
 
@@ -47,7 +58,9 @@ local function claim(args, kwargs, meta)
     local blocks = pandoc.read(c.text, "markdown").blocks
     if is_html() then
       blocks = blocks:walk({ Str = function(s)
-        if s.text:match("%d") then return pandoc.Link(s.text, href(meta, f.path), title, pandoc.Attr("", { "claim" })) end
+        if s.text:match("%d") then
+          return pandoc.Link(s.text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
+        end
       end })
     end
     return blocks
@@ -56,9 +69,10 @@ local function claim(args, kwargs, meta)
   if is_html() then
     local link = pandoc.Link(text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
     if not nb then return link end
-    -- The producing notebook, a small mark after the number (no digit in it, for the audit).
-    local mark = pandoc.Superscript({ pandoc.Link("nb", href(meta, nb), "notebook " .. nb,
-      pandoc.Attr("", { "claim-nb" })) })
+    -- The producing notebook: an empty link after the number, which paper.css draws as a small "nb"
+    -- (a ::after mark, so that copied text holds the number alone).
+    local mark = pandoc.Link({}, href(meta, nb), "notebook " .. nb,
+      pandoc.Attr("", { "claim-nb" }, { { "aria-label", "notebook" } }))
     return pandoc.Inlines({ link, mark })
   end
   return pandoc.Span(text, pandoc.Attr("", { "claim" }, { { "data-claim", name }, { "title", title } }))

@@ -1,9 +1,15 @@
 """Proof that the load generator's clock is right: measure a token source whose timing is known.
 
-The calibrated source (:mod:`offload_lab.load.tokensource`) runs in its own process and streams at a set rate per stream.
-The load generator measures it through the same closed-loop code path as a real server, at several stream counts.
-Reported per level: the measured median per-stream rate and TPOT against the set values (relative error), and the
-per-token timing error, arrival stamp minus the source's send stamp (same monotonic clock), at p50, p99 and max.
+The calibrated source (:mod:`offload_lab.load.tokensource`) runs in its own process and streams at a set rate per
+stream. The load generator measures it through the same level runner as a real server, for each client
+configuration (worker processes, deferred parsing), source rate and stream count. Reported per level:
+
+- the median per-stream rate and TPOT against the set values (relative error);
+- the client-only rate error: per request, the client's tok/s over the tok/s of the source's own send stamps, minus
+  one (the source's lateness drops out: this is the figure :mod:`offload_lab.load.health` is calibrated on);
+- the per-token timing error, arrival stamp minus the source's send stamp (same monotonic clock), p50/p99/max; the
+  span error (last token's error minus the first's: what moves tok/s and TPOT) and the first token's error;
+- each worker's loop lag and CPU, and the source's CPU (from ``/proc``) over the level.
 """
 
 from __future__ import annotations
@@ -12,17 +18,18 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
-from offload_lab.load import closed_loop
-from offload_lab.load import client as load
-from offload_lab.core import runs
-from offload_lab.core import procs
+from offload_lab.core import procs, runs
 from offload_lab.core.errors import ServerError
+from offload_lab.load import client as load
+from offload_lab.load import closed_loop
 from offload_lab.load.workloads import PreparedWorkload, RequestSpec, WorkloadSpec
 
 EXPERIMENT = "clock_check"
@@ -30,10 +37,40 @@ EVENTS = "events.jsonl"
 SUMMARY = "summary.csv"
 
 
-def start_source(rate_tok_s: float, ttft_ms: float, cpus: list[int] | None = None) -> tuple[subprocess.Popen, str]:
+class ClientConfig(BaseModel):
+    """One way of running the client: ``w2`` is two worker processes with deferred parsing, ``w1-inline`` one
+    process parsing each stream as it ends (the client before issue 15)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    workers: int = Field(1, ge=1)
+    defer: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> ClientConfig:
+        base, _, mode = text.partition("-")
+        if not base.startswith("w") or not base[1:].isdigit() or mode not in ("", "inline"):
+            from offload_lab.core.errors import InputError
+
+            raise InputError(f"client {text!r} is not wK or wK-inline (K worker processes), e.g. w1,w2,w1-inline")
+        return cls(name=text, workers=int(base[1:]), defer=mode != "inline")
+
+
+def _cpu_s(pid: int) -> float | None:
+    """A process's user + system CPU seconds from /proc (None where there is no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_source(rate_tok_s: float, ttft_ms: float, cpus: list[int] | None = None,
+                 extra_args: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     port = procs.free_port()
     cmd = [sys.executable, "-m", "offload_lab.load.tokensource", "--port", str(port), "--rate", str(rate_tok_s),
-           "--ttft-ms", str(ttft_ms)]
+           "--ttft-ms", str(ttft_ms), *(extra_args or [])]
     preexec = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=preexec)
@@ -64,48 +101,89 @@ def _work(streams: int, requests_per_stream: int, tokens: int) -> PreparedWorklo
 
 def run_clock_check(run: runs.Run, streams: list[int], rate_tok_s: float = 50.0, ttft_ms: float = 50.0,
                     tokens: int = 64, requests_per_stream: int = 3, source_cpus: list[int] | None = None,
-                    progress: Any = print) -> pd.DataFrame:
-    proc, url = start_source(rate_tok_s, ttft_ms, source_cpus)
-    try:
-        with run.events(EVENTS) as log:
-            for n in streams:
-                stop = closed_loop.StopState(closed_loop.StopRule())
-                result = load.run_sync(closed_loop.run_level(url, _work(n, requests_per_stream, tokens), stop, log,
-                                                             scrape_interval_s=3600))
-                log.append({"kind": "level", "level": n, "window_ns": result.window_ns, **result.lag})
-                if progress:
-                    progress(f"clock check: {n} stream(s) done")
-    finally:
-        procs.terminate_group(proc, 5)
+                    progress: Any = print, clients: list[ClientConfig] | None = None,
+                    rates: list[float] | None = None) -> pd.DataFrame:
+    """Every client configuration at every source rate and stream count; ``summary.csv`` has one row each."""
+    clients = clients or [ClientConfig(name="w1")]
+    with run.events(EVENTS) as log:
+        for rate in rates or [rate_tok_s]:
+            proc, url = start_source(rate, ttft_ms, source_cpus)
+            try:
+                for client in clients:
+                    for n in streams:
+                        stop = closed_loop.StopState(closed_loop.StopRule())
+                        extra = {"client": client.name, "rate_tok_s": rate}
+                        cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+                        result = load.run_sync(closed_loop.run_level(
+                            url, _work(n, requests_per_stream, tokens), stop, log, scrape_interval_s=None,
+                            extra=extra, workers=min(client.workers, n), defer=client.defer))
+                        cpu1, t1 = _cpu_s(proc.pid), time.monotonic()
+                        source_cpu = (cpu1 - cpu0) / (t1 - t0) if cpu0 is not None and cpu1 is not None else None
+                        log.append({"kind": "level", "level": n, "window_ns": result.window_ns, **extra,
+                                    "workers": result.workers, "source_cpu": source_cpu, **result.lag})
+                        if progress:
+                            progress(f"clock check: {client.name} at {rate:g} tok/s, {n} stream(s) done")
+            finally:
+                procs.terminate_group(proc, 5)
     summary = summarize(runs.read_events(run.file(EVENTS)), rate_tok_s)
     run.write_table(SUMMARY, summary)
     return summary
 
 
+def _errors_ms(reqs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Per-token, first-token and span (last minus first) stamp errors, in ms."""
+    per_token, first, span = [], [], []
+    for e in reqs:
+        err = [(a - s) / 1e6 for a, s in zip(e["token_times_ns"], e["server_sent_ns"])]
+        if err:
+            per_token += err
+            first.append(err[0])
+            span.append(err[-1] - err[0])
+    return {k: np.asarray(v) for k, v in (("token", per_token), ("first", first), ("span", span))}
+
+
+def _client_rate_error(e: dict[str, Any]) -> float | None:
+    """The client's tok/s over the tok/s that the source's send stamps give, minus one."""
+    sent = e.get("server_sent_ns") or []
+    if len(sent) < 2 or not e.get("tok_s") or sent[-1] <= sent[0]:
+        return None
+    return e["tok_s"] / (e["output_tokens"] / ((sent[-1] - sent[0]) / 1e9)) - 1
+
+
+def _q(arr: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(arr, q)) if arr.size else None
+
+
 def summarize(events: list[dict[str, Any]], rate_tok_s: float) -> pd.DataFrame:
-    set_tpot_ms = 1000.0 / rate_tok_s
     rows = []
     for lv in (e for e in events if e.get("kind") == "level"):
-        n = lv["level"]
+        n, rate, client = lv["level"], lv.get("rate_tok_s", rate_tok_s), lv.get("client", "w1")
         start, end = lv["window_ns"] or (0, 0)
         reqs = [e for e in events if e.get("kind") == "request" and e.get("level") == n and e.get("ok")
+                and e.get("client", "w1") == client and e.get("rate_tok_s", rate_tok_s) == rate
                 and e["t_first_token_ns"] >= start and e["t_last_token_ns"] <= end]
-        errors_ms = np.asarray([(a - s) / 1e6 for e in reqs
-                                for a, s in zip(e["token_times_ns"], e["server_sent_ns"])]) if reqs else np.zeros(0)
+        err = _errors_ms(reqs)
         tok_s = float(np.median([e["tok_s"] for e in reqs])) if reqs else float("nan")
         tpot = float(np.median([e["tpot_ms"] for e in reqs])) if reqs else float("nan")
+        client_err = [x for x in map(_client_rate_error, reqs) if x is not None]
         # The source sends n tokens over (n-1) intervals, so its per-stream rate as defined here is
         # n / ((n-1) * interval); compare like with like.
         n_tok = reqs[0]["output_tokens"] if reqs else 0
-        set_tok_s = rate_tok_s * n_tok / (n_tok - 1) if n_tok > 1 else rate_tok_s
+        set_tok_s = rate * n_tok / (n_tok - 1) if n_tok > 1 else rate
+        workers = lv.get("workers") or []
         rows.append({
+            "client": client, "workers": len(workers) or 1, "rate_tok_s": rate,
             "streams": n, "requests": len(reqs), "set_tok_s": set_tok_s, "tok_s_median": tok_s,
-            "tok_s_error": tok_s / set_tok_s - 1, "set_tpot_ms": set_tpot_ms, "tpot_median_ms": tpot,
-            "tpot_error": tpot / set_tpot_ms - 1,
-            "token_error_ms_p50": float(np.percentile(errors_ms, 50)) if errors_ms.size else None,
-            "token_error_ms_p99": float(np.percentile(errors_ms, 99)) if errors_ms.size else None,
-            "token_error_ms_max": float(errors_ms.max()) if errors_ms.size else None,
-            "tokens_timed": int(errors_ms.size),
+            "tok_s_error": tok_s / set_tok_s - 1, "set_tpot_ms": 1000.0 / rate, "tpot_median_ms": tpot,
+            "tpot_error": tpot / (1000.0 / rate) - 1,
+            "client_rate_error_median": float(np.median(client_err)) if client_err else None,
+            "token_error_ms_p50": _q(err["token"], 50), "token_error_ms_p99": _q(err["token"], 99),
+            "token_error_ms_max": float(err["token"].max()) if err["token"].size else None,
+            "span_error_ms_p99": _q(err["span"], 99),
+            "first_token_error_ms_p50": _q(err["first"], 50), "first_token_error_ms_p99": _q(err["first"], 99),
+            "tokens_timed": int(err["token"].size),
             "lag_ms_p99": lv.get("lag_ms_p99"),
+            "worker_cpu_max": max((w.get("cpu_util") or 0.0 for w in workers), default=None),
+            "source_cpu": lv.get("source_cpu"),
         })
     return pd.DataFrame(rows)

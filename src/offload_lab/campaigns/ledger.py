@@ -22,10 +22,13 @@ from typing import Any
 
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError
+from offload_lab.core.redact import redact_record
 
 LEDGER_NAME = "ledger.jsonl"
 POD_ENV = "OFFLOAD_LAB_POD"
 PROVIDER_ENV = "OFFLOAD_LAB_POD_PROVIDER"
+PLAN_ENV = "OFFLOAD_LAB_POD_PLAN"
+PART_ENV = "OFFLOAD_LAB_POD_PART"
 
 
 def ledger_path(data_root: Path | str, campaign: str) -> Path:
@@ -39,6 +42,9 @@ def pod_record(env: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": os.environ.get(POD_ENV) or None,
         "provider": os.environ.get(PROVIDER_ENV) or None,
+        # set by `offload-lab pod plan`'s tasks: which plan, and which part of it this pod runs
+        "plan": os.environ.get(PLAN_ENV) or None,
+        "part": os.environ.get(PART_ENV) or None,
         "hostname_hash": env.get("hostname_hash"),
         "gpu_count": len(gpus),
         "gpus": [g.get("name") for g in gpus],
@@ -86,7 +92,7 @@ class Session:
 def _append(path: Path, obj: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, default=str, separators=(",", ":")) + "\n")
+        f.write(json.dumps(redact_record(obj), default=str, separators=(",", ":")) + "\n")  # no URL credentials
         f.flush()
         os.fsync(f.fileno())
 
@@ -134,3 +140,95 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
         "minutes": round(sum(s.get("minutes") or 0.0 for s in closed), 3),
         "cost": cost,
     }
+
+
+# --- the launcher's own report ------------------------------------------------------------------------------------
+#
+# A pod launched by SkyPilot is billed from launch to teardown, setup (the model download) included; a session only
+# from `campaign run` to its end. So the ledger holds both: sessions as above, at the stack file's price, and one
+# ``pod`` line per cluster from what the launcher reports (`sky cost-report -o json`: name, launched_at, duration,
+# usage_intervals, total_cost, num_nodes, resources, status). ``source`` says where each pod line's price is from:
+# ``launcher`` (SkyPilot's catalog price in USD, not the invoice), ``stack_file`` (the launcher gave none: SkyPilot
+# reports total_cost 0.0 for a cluster it cannot price) or ``none``.
+
+POD_EVENT = "pod"
+
+
+def _iso(ts: float | int | None) -> str | None:
+    import datetime as dt
+
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(float(ts), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _priced(seconds: float, total: Any, stack_price: dict[str, Any] | None) -> dict[str, Any]:
+    if total and seconds > 0:
+        return {"cost": round(float(total), 4), "currency": "USD", "source": "launcher",
+                "price": {"per_hour": round(float(total) / (seconds / 3600), 4), "currency": "USD"},
+                "note": "sky cost-report: SkyPilot's catalog price, not the invoice"}
+    if stack_price:
+        return {"cost": round(seconds / 3600 * float(stack_price["per_hour"]), 4),
+                "currency": stack_price["currency"], "price": stack_price, "source": "stack_file",
+                "note": "the launcher gave no price; cost at the stack file's price"}
+    return {"cost": None, "currency": None, "price": None, "source": "none",
+            "note": "neither the launcher nor the stack file gives a price"}
+
+
+def pod_records(cost_report: list[dict[str, Any]], clusters: list[str], stack_price: dict[str, Any] | None,
+                launcher: str = "skypilot") -> list[dict[str, Any]]:
+    """One ``pod`` line per cluster from the launcher's report; a cluster still up (or with an open usage interval)
+    is ``open`` and has no end yet; a cluster the report does not list gets a line that says so."""
+    if not isinstance(cost_report, list) or not all(isinstance(r, dict) for r in cost_report):
+        raise InputError("the launcher's report is not a list of clusters (`sky cost-report -o json --days 0` "
+                         "writes one)")
+    by_name = {r.get("name"): r for r in cost_report}
+    out = []
+    for name in clusters:
+        r = by_name.get(name)
+        line: dict[str, Any] = {"event": POD_EVENT, "cluster": name, "launcher": launcher, "recorded_at":
+                                runs.utc_now()}
+        if r is None:
+            line.update(open=None, minutes=None, cost=None, currency=None, price=stack_price, source="none",
+                        note="the launcher's report does not list this cluster; no minutes recorded")
+            out.append(line)
+            continue
+        intervals = [iv for iv in (r.get("usage_intervals") or []) if iv]
+        ends = [iv[1] for iv in intervals]
+        is_open = any(e is None for e in ends) or r.get("status") not in (None, "TERMINATED")
+        seconds = float(r.get("duration") or 0)
+        line.update(started_at=_iso(min((iv[0] for iv in intervals), default=r.get("launched_at"))),
+                    ended_at=None if is_open or not ends else _iso(max(ends)), open=is_open,
+                    minutes=round(seconds / 60, 3), nodes=r.get("num_nodes"), resources=r.get("resources"),
+                    status=r.get("status"), **_priced(seconds, r.get("total_cost"), stack_price))
+        out.append(line)
+    return out
+
+
+def read_pods(data_root: Path | str, campaign: str) -> list[dict[str, Any]]:
+    """The campaign's ``pod`` lines (the latest per cluster: a pod recorded open and again closed counts once),
+    each with the sessions it ran (joined on the session's ``pod.name``)."""
+    path = ledger_path(data_root, campaign)
+    if not path.is_file():
+        return []
+    pods: dict[str, dict[str, Any]] = {}
+    for event in runs.read_events(path):
+        if event.get("event") == POD_EVENT:
+            pods[str(event.get("cluster"))] = {k: v for k, v in event.items() if k != "event"}
+    sessions = read_ledger(data_root, campaign) if pods else []
+    for name, pod in pods.items():
+        pod["sessions"] = [s["session"] for s in sessions if (s.get("pod") or {}).get("name") == name]
+    return list(pods.values())
+
+
+def pod_totals(pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """Paid minutes and cost of the closed pods, by price source and currency; open pods counted apart."""
+    closed = [p for p in pods if p.get("open") is False]
+    cost: dict[str, dict[str, float]] = {}
+    for p in closed:
+        if p.get("cost") is not None:
+            by = cost.setdefault(p["source"], {})
+            by[p["currency"]] = round(by.get(p["currency"], 0.0) + p["cost"], 4)
+    return {"pods": len(pods), "closed": len(closed), "open": sum(1 for p in pods if p.get("open")),
+            "unlisted": sum(1 for p in pods if p.get("open") is None),
+            "minutes": round(sum(p.get("minutes") or 0.0 for p in closed), 3), "cost_by_source": cost}

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from offload_lab.server import boots as bootsmod
 from offload_lab.core import environment
 from offload_lab.campaigns import ledger
-from offload_lab.campaigns.execute import execute_notebook
+from offload_lab.campaigns.execute import execute_notebook, executed_cells
+from offload_lab.campaigns.progress import Progress
 from offload_lab.load import client as load
 from offload_lab.core import paths, runs, signals
 from offload_lab.server import stack as stackmod
@@ -326,10 +327,14 @@ def run_campaign(
     url: str | None = None,
     port: int | None = None,
     only: list[str] | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> CampaignResult:
-    """Run a campaign's boot attempts and experiments; see the module docstring."""
+    """Run a campaign's boot attempts and experiments; see the module docstring. ``progress`` shows experiments,
+    cells and the notebooks' counts as they run (its ``log`` replaces ``log``)."""
     started = time.monotonic()
+    if log is None:
+        log = progress.log if progress is not None else print
     campaign = load_campaign(path)
     data_root = Path(data_root)
     if not data_root.is_absolute():
@@ -360,7 +365,7 @@ def run_campaign(
     outcome, error = "failed", None
     try:
         with signals.stopping_on_signals():
-            _run_session(campaign, experiments, data_root, url, port, env, do_boots, log, result)
+            _run_session(campaign, experiments, data_root, url, port, env, do_boots, log, result, progress)
         outcome = "ok"
     except BaseException as e:
         outcome = "stopped" if isinstance(e, (KeyboardInterrupt, _Refused)) else _outcome_of(e)
@@ -381,7 +386,7 @@ class _Refused(Exception):
 
 def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
                  port: int | None, env: dict[str, Any], do_boots: bool, log: Callable[[str], None],
-                 result: CampaignResult) -> None:
+                 result: CampaignResult, progress: Progress | None = None) -> None:
     spec = campaign.spec
     try:
         result.topology = topology_check(spec.topology, env)
@@ -393,7 +398,7 @@ def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_roo
     if do_boots:
         result.boot_attempts = run_boot_attempts(campaign, data_root, port, env, marks, log)
         result.boot_runs += [Path(r["run"]) for r in result.boot_attempts]
-    _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result)
+    _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result, progress)
 
 
 def _price(campaign: Campaign) -> dict[str, Any] | None:
@@ -406,23 +411,23 @@ def _price(campaign: Campaign) -> dict[str, Any] | None:
 
 def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
                      port: int | None, env: dict[str, Any], marks: dict[str, Any], log: Callable[[str], None],
-                     result: CampaignResult) -> None:
+                     result: CampaignResult, progress: Progress | None = None) -> None:
     k = campaign.spec.repeat_boots
     servers = _Servers(campaign, data_root, url, port, env, marks, log)
     try:
         if k == 1:
             for exp in experiments:
                 info = servers.get(exp, 0, 1) if exp.needs_server else servers.current()
-                _run_one(campaign, exp, data_root, info, env, log, marks, (0, 1), result.runs)
+                _run_one(campaign, exp, data_root, info, env, log, marks, (0, 1), result.runs, progress)
         else:
             for i in range(k):
                 for exp in (e for e in experiments if e.needs_server):
                     info = servers.get(exp, i, k)
-                    _run_one(campaign, exp, data_root, info, env, log, marks, (i, k), result.runs)
+                    _run_one(campaign, exp, data_root, info, env, log, marks, (i, k), result.runs, progress)
                 # The next round starts from a fresh boot, even on the same variant.
                 servers.close()
             for exp in (e for e in experiments if not e.needs_server):
-                _run_one(campaign, exp, data_root, {}, env, log, marks, (None, k), result.runs)
+                _run_one(campaign, exp, data_root, {}, env, log, marks, (None, k), result.runs, progress)
     finally:
         servers.close()
         result.boot_runs += servers.boot_runs
@@ -432,7 +437,8 @@ def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data
 
 def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: dict[str, Any],
              env: dict[str, Any], log: Callable[[str], None], marks: dict[str, Any] | None = None,
-             boot: tuple[int | None, int] = (0, 1), started: list[Path] | None = None) -> Path:
+             boot: tuple[int | None, int] = (0, 1), started: list[Path] | None = None,
+             progress: Progress | None = None) -> Path:
     nb = campaign.notebook_path(exp)
     marks = marks or {}
     run = runs.new_run(
@@ -450,17 +456,24 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
     )
     if started is not None:
         started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
-    log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
     params = {**exp.parameters, "base_url": server.get("url"), "run_dir": str(run.path),
               "campaign": campaign.spec.name, "data_root": str(data_root)}
+    if progress is not None:
+        progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))
+    else:
+        log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
     sampler = environment.LoadSampler()
     try:
         with sampler:
-            execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root)
+            execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root, watcher=progress)
     except BaseException as e:
         _finish(run, _outcome_of(e), sampler, error=signals.reason_of(e))
+        if progress is not None:
+            progress.done(_outcome_of(e), signals.reason_of(e))
         raise
     _finish(run, "ok", sampler)
+    if progress is not None:
+        progress.done("ok")
     return run.path
 
 

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 
+from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
 
@@ -41,13 +42,20 @@ def cmd_stack_install(args: argparse.Namespace) -> int:
 def cmd_stack_check(args: argparse.Namespace) -> int:
     from offload_lab.server import stack
 
+    from offload_lab.core.redact import MASK, looks_secret, redact_args
+
     st = stack.load_stack(args.file)
     unpinned = stack.unpinned_items(st.spec)
+    server = st.spec.server
+    # Never print a value that looks like a secret, whatever the schema let through.
+    env = {k: (MASK if v is not None and looks_secret(k) else v) for k, v in stack.server_env(st).items()}
+    cpus_missing = sorted(set(server.cpus or ()) - os.sched_getaffinity(0))
     out = {"stack": st.spec.name, "file": str(st.file), "extends": st.spec.extends,
-           "command": stack.server_command(st, "127.0.0.1", 8000),
-           "env": {k: v for k, v in stack.server_env(st).items()},
+           "command": redact_args(stack.server_command(st, "127.0.0.1", 8000)),
+           "env": env, "env_from": list(server.env_from),
            "plan": str(st.plan_path) if st.plan_path else None,
-           "price": st.spec.price.model_dump() if st.spec.price else None, "unpinned": unpinned}
+           "price": st.spec.price.model_dump() if st.spec.price else None, "unpinned": unpinned,
+           "cpus_not_here": cpus_missing}
     if args.json:
         _print_json(out)
         return 0
@@ -55,6 +63,11 @@ def cmd_stack_check(args: argparse.Namespace) -> int:
     print("  server command: " + " ".join(out["command"]))
     for k, v in out["env"].items():
         print(f"  env {k}={'(unset)' if v is None else v}")
+    for k in out["env_from"]:
+        print(f"  env {k}=(from the environment: {'set' if k in os.environ else 'NOT SET here'})")
+    if cpus_missing:
+        print(f"  warning: server.cpus {cpus_missing} are not CPUs this machine lets us use "
+              f"({sorted(os.sched_getaffinity(0))}); the server would start on the others only")
     if out["price"]:
         print(f"  price: {out['price']['per_hour']} {out['price']['currency']} an hour ({out['price']['source']})")
     if unpinned:
@@ -71,16 +84,27 @@ def cmd_stack_check(args: argparse.Namespace) -> int:
 def cmd_boots_list(args: argparse.Namespace) -> int:
     from offload_lab.core import runs
 
+    from offload_lab.core.errors import InputError
+    from offload_lab.core.inputs import read_json
+
+    base = runs.campaign_dir(Path(args.data_dir), args.campaign)
     rows = []
-    for run_dir in runs.iter_runs(Path(args.data_dir), args.campaign, "boots"):
-        m = runs.load_manifest(run_dir)
-        boot_file = run_dir / "boot.json"
-        boot = json.loads(boot_file.read_text()) if boot_file.is_file() else {}
-        rows.append({"run": run_dir.name, "started_at": m.get("started_at"),
-                     "stack": (m.get("parameters") or {}).get("stack"),
-                     "variant": (m.get("parameters") or {}).get("boot") or (m.get("parameters") or {}).get("variant"),
-                     "outcome": boot.get("outcome", m.get("outcome")), "expected": boot.get("expected"),
-                     "startup_s": boot.get("startup_s"), "evidence": boot.get("evidence")})
+    for row in (runs.scan_runs(Path(args.data_dir), args.campaign, "boots") if (base / "boots").is_dir() else []):
+        m, problem = row.manifest or {}, row.problem
+        boot: dict[str, Any] = {}
+        if (row.path / "boot.json").is_file():
+            try:
+                boot = read_json(row.path / "boot.json", "boot record", expect=dict)
+            except InputError as e:
+                problem = str(e)
+        params = m.get("parameters") if isinstance(m.get("parameters"), dict) else {}
+        outcome = runs.CORRUPT if problem else boot.get("outcome", row.status)
+        if row.status == runs.ABANDONED:  # its serve process is gone and nobody stopped it
+            outcome = f"{boot.get('outcome', 'booting')}, abandoned"
+        rows.append({"run": row.path.name, "started_at": m.get("started_at"), "stack": params.get("stack"),
+                     "variant": params.get("boot") or params.get("variant"), "outcome": outcome,
+                     "expected": boot.get("expected"), "startup_s": boot.get("startup_s"),
+                     "evidence": problem or boot.get("evidence"), "stopped": boot.get("stopped")})
     if args.json:
         _print_json(rows)
         return 0
@@ -92,7 +116,9 @@ def cmd_boots_list(args: argparse.Namespace) -> int:
               f"{expected}" + (f" after {r['startup_s']:.0f} s" if r["startup_s"] is not None else ""))
         if r["evidence"] and r["outcome"] != "ready":
             print(f"    {r['evidence'][:160]}")
-    return 0
+        if r["stopped"]:
+            print(f"    stopped: {r['stopped'].get('reason')}")
+    return 2 if any(r["outcome"] == runs.CORRUPT for r in rows) else 0
 
 
 # --- ledger ------------------------------------------------------------------------------------------------------
@@ -100,7 +126,16 @@ def cmd_boots_list(args: argparse.Namespace) -> int:
 def cmd_campaign_ledger(args: argparse.Namespace) -> int:
     from offload_lab.campaigns import ledger
 
+    from offload_lab.core.errors import InputError
+
     sessions = ledger.read_ledger(Path(args.data_dir), args.campaign)
+    # A line that parses but lacks what a session needs is damage, reported with a count, not a crash.
+    damaged = [s.get("session") for s in sessions if not isinstance(s.get("started_at"), str)
+               or (not s.get("open") and not isinstance(s.get("minutes"), (int, float)))]
+    if damaged:
+        raise InputError(f"ledger {ledger.ledger_path(Path(args.data_dir), args.campaign)}: {len(damaged)} session(s) "
+                         f"with damaged lines (no start time or no minutes), e.g. {damaged[:3]}; restore the file "
+                         "from the data's version control")
     tot = ledger.totals(sessions)
     if args.json:
         _print_json({"sessions": sessions, "totals": tot})
@@ -149,8 +184,7 @@ def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
                                      "command it starts, the environment variables it sets (the plan file's among "
                                      "them), its price and every item that is not pinned.")
     pk.add_argument("file", help="stack file")
-    pk.add_argument("--json", action="store_true", help="print JSON (keys command, env, plan, price, unpinned)")
-    pk.set_defaults(func=cmd_stack_check)
+    finish_parser(pk, cmd_stack_check, json_help="print JSON (keys command, env, plan, price, unpinned)")
 
     pb = sub.add_parser("boots", help="list a campaign's boots and how each ended",
                         description="Boots are data: every server start is a run of experiment 'boots' with its "
@@ -160,9 +194,7 @@ def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
     pbl = bsub.add_parser("list", help="one line per boot: stack, variant, outcome, expected outcome, startup time",
                           description="List the boots of a campaign with the log line that decided each failure.")
     pbl.add_argument("--campaign", required=True, help="campaign name (a directory under the data root)")
-    pbl.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
-    pbl.add_argument("--json", action="store_true", help="print JSON")
-    pbl.set_defaults(func=cmd_boots_list)
+    finish_parser(pbl, cmd_boots_list, data_dir=True, json_help="print JSON")
 
     if campaign_sub is not None:
         pl = campaign_sub.add_parser(
@@ -171,9 +203,7 @@ def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
                         "`campaign run`) and print each session and the totals; a session without an end line is "
                         "shown as open and not counted.")
         pl.add_argument("campaign", help="campaign name, e.g. study-pod")
-        pl.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
-        pl.add_argument("--json", action="store_true", help="print JSON (sessions and totals)")
-        pl.set_defaults(func=cmd_campaign_ledger)
+        finish_parser(pl, cmd_campaign_ledger, data_dir=True, json_help="print JSON (sessions and totals)")
 
 
 __all__ = ["add_parsers"]

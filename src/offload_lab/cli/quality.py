@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError
+from offload_lab.core.inputs import check_dir, pydantic_input_error
 from offload_lab.quality import EXPERIMENT, SIDE_EXPERIMENT, data, humaneval, paired, subsets
 from offload_lab.experiments.quality import runner as experiment
 
@@ -19,15 +22,27 @@ def parse_max_tokens(text: str | None) -> dict[str, int]:
     """``gsm8k=1024,ifeval=1280`` to a dict; a bare number applies to every benchmark."""
     if not text:
         return {}
-    if text.isdigit():
-        return {b: int(text) for b in data.BENCHMARKS}
+    def count(value: str) -> int:
+        # ASCII digits only (str.isdigit takes '²' and Arabic digits), and at least one token.
+        if not (value.isascii() and value.isdigit() and int(value) >= 1):
+            raise InputError(f"--max-tokens {text!r}: use N or BENCH=N[,BENCH=N] with N a whole number of at least 1 "
+                             f"and BENCH in {', '.join(data.BENCHMARKS)}")
+        return int(value)
+
+    if "=" not in text:
+        return {b: count(text) for b in data.BENCHMARKS}
     out = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
-        if name not in data.BENCHMARKS or not value.isdigit():
-            raise InputError(f"--max-tokens {text!r}: use N or BENCH=N[,BENCH=N] with BENCH in {data.BENCHMARKS}")
-        out[name] = int(value)
+        if name not in data.BENCHMARKS:
+            count("")  # raises, naming the flag
+        out[name] = count(value)
     return out
+
+
+# Fields of the models `quality run` builds, named by the flag that sets them.
+RUN_FLAGS = {"limit": "--limit", "replicates": "--replicates", "max_tokens": "--max-tokens", "local": "--endpoint",
+             "datasets": "--datasets", "exec_timeout_s": "--exec-timeout", "benchmarks": "--benchmark"}
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
@@ -46,18 +61,35 @@ def _benchmarks(text: str) -> list[str]:
     return names
 
 
+def _check_run_inputs(args: argparse.Namespace) -> None:
+    """Everything `quality run` can check before it contacts a server, so a bad flag is never reported as a server
+    that does not answer."""
+    runs.check_name("--label", args.label)
+    runs.check_name("--campaign", args.campaign)
+    check_dir(args.data_dir, "--data-dir")
+    if args.datasets is not None and not Path(args.datasets).is_dir():
+        raise InputError(f"--datasets {args.datasets}: no such directory (it holds gsm8k/test.jsonl and "
+                         "ifeval/input_data.jsonl; see docs/quality.md)")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    _check_run_inputs(args)
     endpoint: dict[str, Any] = {"label": args.label, "url": args.endpoint, "kind": args.kind,
                                 "concurrency": args.concurrency, "retries": args.retries, "timeout_s": args.timeout}
     for key, value in (("model", args.model), ("api_key_env", args.api_key_env), ("seed", args.seed)):
         if value is not None:
             endpoint[key] = value
-    params = experiment.QualityParams(
-        benchmarks=_benchmarks(args.benchmark), limit=args.limit, replicates=args.replicates,
-        max_tokens=parse_max_tokens(args.max_tokens), local=endpoint, datasets=args.datasets,
-        allow_download=args.download, on_canary_failure=args.on_canary_failure, exec_timeout_s=args.exec_timeout,
-    )
-    spec = experiment.local_spec(args.endpoint, params)
+    try:
+        params = experiment.QualityParams(
+            benchmarks=_benchmarks(args.benchmark), limit=args.limit, replicates=args.replicates,
+            max_tokens=parse_max_tokens(args.max_tokens), local=endpoint, datasets=args.datasets,
+            allow_download=args.download, on_canary_failure=args.on_canary_failure, exec_timeout_s=args.exec_timeout,
+        )
+        spec = experiment.local_spec(args.endpoint, params)
+    except ValidationError as e:
+        raise pydantic_input_error(e, "quality run", {**RUN_FLAGS, "concurrency": "--concurrency",
+                                                      "retries": "--retries", "timeout_s": "--timeout",
+                                                      "seed": "--seed", "url": "--endpoint"}) from e
     from offload_lab.core.environment import capture_environment
 
     r = runs.new_run(args.data_dir, args.campaign, SIDE_EXPERIMENT, params.model_dump(),
@@ -97,6 +129,12 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def paired_counts(args: argparse.Namespace) -> dict[str, Any]:
+    # Each count is >= 0 (argparse); what is left are the sums, named by their flags.
+    if args.b + args.c > args.n:
+        raise InputError(f"--b {args.b} + --c {args.c} is more than --n {args.n}: b and c count items that differ, "
+                         "out of n paired items")
+    if args.a is not None and args.a + args.b + args.c > args.n:
+        raise InputError(f"--a {args.a} + --b {args.b} + --c {args.c} is more than --n {args.n}")
     try:
         t = paired.Table.from_counts(args.n, args.b, args.c, args.a)
     except ValueError as e:

@@ -6,6 +6,10 @@ producer without parsing text.
 
 from __future__ import annotations
 
+# An error nobody foresaw: the CLI prints one line pointing to a log holding the traceback and exits with this code
+# (EX_SOFTWARE in sysexits.h). Never 1, which already means "does not fit" (audit) or "invalid side" (quality).
+INTERNAL = 70
+
 
 class OffloadLabError(Exception):
     """Base class: the message names the input and says what to do."""

@@ -23,11 +23,21 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
+from offload_lab.core import signals
 from offload_lab.core.errors import InputError
+from offload_lab.core.inputs import DATA_MAX_BYTES, check_dir, decode_utf8, read_json
+from offload_lab.core.procs import process_gone, process_identity
+from offload_lab.core.redact import redact_record
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
 OUTCOMES = ("running", "ok", "failed", "stopped")
+# What `runs list` and `runs verify` report besides the outcome: a run still `running` whose process is gone, and a
+# run directory whose manifest cannot be read.
+ABANDONED = "abandoned"
+CORRUPT = "corrupt"
+# Paths the dirty check of the code ignores: a run's own writes land in data/ and must not make the code look dirty.
+DATA_PATHS = ("data",)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -85,8 +95,12 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def git_state(start: Path | None = None) -> dict[str, Any]:
-    """Commit and dirty flag of the repository holding ``start`` (the working directory by default)."""
+def git_state(start: Path | None = None, exclude: tuple[str, ...] = DATA_PATHS) -> dict[str, Any]:
+    """Commit and dirty flag of the code in the repository holding ``start`` (the working directory by default).
+
+    The data a run writes (``data/``) is not code: it is left out of the dirty check, so ``dirty`` says whether the
+    code differed from the commit; ``dirty_paths`` says which tracked files did (at most 50 listed).
+    """
     cwd = str(start or Path.cwd())
 
     def git(*args: str) -> str | None:
@@ -94,11 +108,14 @@ def git_state(start: Path | None = None) -> dict[str, Any]:
             out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
-        return out.stdout.strip() if out.returncode == 0 else None
+        return out.stdout.rstrip("\n") if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ":/",
+                 *[f":(top,exclude){p}" for p in exclude])
+    paths = [line[3:] for line in (status or "").splitlines() if line.strip()]
+    return {"commit": commit.strip() if commit else commit, "dirty": None if status is None else bool(paths),
+            "dirty_paths": paths[:50], "dirty_excludes": list(exclude)}
 
 
 def check_name(kind: str, value: str) -> str:
@@ -134,7 +151,11 @@ class EventLog:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Read a JSON Lines file; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        raw = Path(path).read_bytes()  # no size bound: event logs are the study's own, and may be large
+    except OSError as e:
+        raise InputError(f"event log {path}: cannot read it ({e.strerror or e})") from e
+    lines = decode_utf8(raw, path, "event log").splitlines()
     events = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -166,7 +187,8 @@ class Run:
         return EventLog(self.path / name)
 
     def write_json(self, name: str, obj: Any) -> Path:
-        atomic_write_json(self.path / name, obj)
+        # Records (boot.json, side.json, ...) carry URLs and commands: credentials never reach the file.
+        atomic_write_json(self.path / name, redact_record(obj))
         return self.path / name
 
     def write_text(self, name: str, text: str) -> Path:
@@ -192,7 +214,7 @@ class Run:
     def update(self, **fields: Any) -> None:
         """Merge fields into the manifest and write it now (used for facts learnt mid-run)."""
         self.manifest.update(fields)
-        atomic_write_json(self.path / MANIFEST, self.manifest)
+        write_manifest(self.path, self.manifest)
 
     def finish(self, outcome: str = "ok", error: str | None = None, **fields: Any) -> dict[str, Any]:
         if outcome not in OUTCOMES or outcome == "running":
@@ -202,8 +224,13 @@ class Run:
         self.manifest["error"] = error
         self.manifest["ended_at"] = utc_now()
         self.manifest["files"] = hash_files(self.path)
-        atomic_write_json(self.path / MANIFEST, self.manifest)
+        write_manifest(self.path, self.manifest)
         return self.manifest
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """The manifest, atomically, with every URL's credentials and secret flag values redacted."""
+    atomic_write_json(Path(run_dir) / MANIFEST, redact_record(manifest))
 
 
 def hash_files(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -231,6 +258,7 @@ def new_run(
     check_name("experiment", experiment)
     run_id = run_id or new_run_id()
     check_name("run id", run_id)
+    check_dir(data_root, "data root (--data-dir)")
     path = Path(data_root) / campaign / experiment / run_id
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -248,25 +276,58 @@ def new_run(
         "outcome": "running",
         "error": None,
         "git": git_state(),
+        # Who writes the run: a run left `running` by a process that is gone is reported as abandoned.
+        "process": process_identity(),
     }
     if environment is not None:
         manifest["environment"] = environment
     manifest.update(fields)
-    atomic_write_json(path / MANIFEST, manifest)
+    write_manifest(path, manifest)
     return Run(path=path, manifest=manifest)
 
 
 def load_manifest(run_dir: Path | str) -> dict[str, Any]:
+    """A run's manifest; InputError naming the manifest when it is missing, unreadable or not a manifest's shape."""
     p = Path(run_dir) / MANIFEST
+    if not Path(run_dir).is_dir():
+        raise InputError(f"{run_dir} is not a directory: give a run directory (`offload-lab runs list` shows them)")
     if not p.is_file():
         raise InputError(f"{run_dir} has no {MANIFEST}: not a run directory")
-    return json.loads(p.read_text(encoding="utf-8"))
+    m = read_json(p, "run manifest", DATA_MAX_BYTES, expect=dict)
+    files = m.get("files")
+    if files is not None and not (isinstance(files, dict) and all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values())):
+        raise InputError(f"run manifest {p}: field 'files' must map each file to its sha256; the manifest is "
+                         "damaged (restore it from version control)")
+    if m.get("outcome") not in OUTCOMES:
+        raise InputError(f"run manifest {p}: outcome {m.get('outcome')!r} is not one of {', '.join(OUTCOMES)}; the "
+                         "manifest is damaged")
+    return m
+
+
+def run_status(manifest: dict[str, Any]) -> str:
+    """The outcome, or ``abandoned`` for a run still marked running whose process is gone (this host only)."""
+    outcome = manifest.get("outcome")
+    if outcome == "running" and process_gone(manifest.get("process")):
+        return ABANDONED
+    return str(outcome)
 
 
 def verify_run(run_dir: Path | str) -> list[str]:
-    """Problems with a finished run: files missing, changed, or added since the manifest was written."""
+    """Problems with a finished run: files missing, changed, or added since the manifest was written.
+
+    A run not finished (running, or abandoned by its process) has no list of files yet: that is the one problem
+    reported, rather than every file it wrote taken for one added after the end.
+    """
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
+    status = run_status(manifest)
+    if status == ABANDONED:
+        proc = manifest.get("process") or {}
+        return [f"{run_dir}: abandoned: marked running, but its process {proc.get('pid')} on {proc.get('host')} is "
+                "gone; its files were never hashed"]
+    if status == "running":
+        return [f"{run_dir}: still running (started {manifest.get('started_at')}): its files are hashed when it ends"]
     problems = []
     recorded = manifest.get("files") or {}
     actual = hash_files(run_dir)
@@ -275,9 +336,53 @@ def verify_run(run_dir: Path | str) -> list[str]:
             problems.append(f"{run_dir / rel}: listed in the manifest but missing")
         elif actual[rel]["sha256"] != meta["sha256"]:
             problems.append(f"{run_dir / rel}: sha256 differs from the manifest (the file was changed)")
-    for rel in actual.keys() - recorded.keys():
+    for rel in sorted(actual.keys() - recorded.keys()):
         problems.append(f"{run_dir / rel}: not listed in the manifest (added after the run ended)")
     return problems
+
+
+@dataclass
+class RunRow:
+    """One run directory as a listing shows it: its manifest, or why it cannot be read."""
+
+    path: Path
+    manifest: dict[str, Any] | None
+    status: str
+    problem: str | None = None
+
+
+def campaign_dir(data_root: Path | str, campaign: str) -> Path:
+    """A campaign's directory, which must exist: InputError naming the campaigns there otherwise."""
+    check_name("campaign", campaign)
+    root = check_dir(data_root, "data root (--data-dir)", must_exist=True)
+    base = root / campaign
+    if not base.is_dir():
+        there = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        raise InputError(f"no campaign {campaign!r} under {root} (campaigns there: {', '.join(there) or 'none'})")
+    return base
+
+
+def scan_runs(data_root: Path | str, campaign: str, experiment: str | None = None) -> list[RunRow]:
+    """Every run directory of a campaign, a damaged one as a row with its problem, so one bad manifest never hides
+    the others. The campaign (and the experiment, when named) must exist."""
+    base = campaign_dir(data_root, campaign)
+    if experiment is not None:
+        check_name("experiment", experiment)
+        if not (base / experiment).is_dir():
+            there = sorted(p.name for p in base.iterdir() if p.is_dir())
+            raise InputError(f"campaign {campaign!r} has no experiment {experiment!r} (it has: "
+                             f"{', '.join(there) or 'none'})")
+    rows = []
+    experiments = [base / experiment] if experiment else sorted(p for p in base.iterdir() if p.is_dir())
+    for exp in experiments:
+        for run_dir in sorted(p for p in exp.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                m = load_manifest(run_dir)
+            except InputError as e:
+                rows.append(RunRow(run_dir, None, CORRUPT, str(e)))
+                continue
+            rows.append(RunRow(run_dir, m, run_status(m)))
+    return rows
 
 
 def iter_runs(data_root: Path | str, campaign: str, experiment: str | None = None) -> Iterator[Path]:
@@ -327,7 +432,7 @@ def finishing(run: Run, stopped: tuple[type[BaseException], ...] = (KeyboardInte
     try:
         yield run
     except BaseException as e:
-        run.finish("stopped" if isinstance(e, stopped) else "failed", error=str(e))
+        run.finish("stopped" if isinstance(e, stopped) else "failed", error=signals.reason_of(e))
         raise
     run.finish("ok")
 

@@ -34,14 +34,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
 import numpy as np
-import yaml
 
-from offload_lab.fit.checkpoint import CATEGORIES, Classification, _config_int, _config_levels
+from offload_lab.fit.classify import CATEGORIES, Classification, config_int, config_levels
 from offload_lab.core.errors import InputError
 
 GiB = 1 << 30
@@ -176,24 +173,24 @@ class KVCache:
 
 def kv_cache(config: Mapping[str, Any], tp: int = 1, dtype_bytes: int | None = None) -> KVCache:
     """KV bytes per token from config.json (see the module docstring); ``dtype_bytes`` defaults to torch_dtype's."""
-    layers = _config_int(config, "num_hidden_layers", "n_layers")
+    layers = config_int(config, "num_hidden_layers", "n_layers")
     if not layers:
         raise InputError("config.json lacks num_hidden_layers; cannot size the KV cache")
     if dtype_bytes is None:
-        dtype = next((str(c.get("torch_dtype") or c.get("dtype")) for c in _config_levels(config)
+        dtype = next((str(c.get("torch_dtype") or c.get("dtype")) for c in config_levels(config)
                       if c.get("torch_dtype") or c.get("dtype")), "bfloat16")
         dtype_bytes = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
-    kv_lora = _config_int(config, "kv_lora_rank")
+    kv_lora = config_int(config, "kv_lora_rank")
     if kv_lora:
-        rope = _config_int(config, "qk_rope_head_dim") or 0
+        rope = config_int(config, "qk_rope_head_dim") or 0
         values = kv_lora + rope
         return KVCache("mla", layers, values, dtype_bytes, layers * values * dtype_bytes)
-    heads = _config_int(config, "num_attention_heads", "n_heads")
+    heads = config_int(config, "num_attention_heads", "n_heads")
     if not heads:
         raise InputError("config.json lacks num_attention_heads; cannot size the KV cache")
-    kv_heads = _config_int(config, "num_key_value_heads") or heads
-    hidden = _config_int(config, "hidden_size", "dim")
-    head_dim = _config_int(config, "head_dim") or (hidden // heads if hidden else None)
+    kv_heads = config_int(config, "num_key_value_heads") or heads
+    hidden = config_int(config, "hidden_size", "dim")
+    head_dim = config_int(config, "head_dim") or (hidden // heads if hidden else None)
     if not head_dim:
         raise InputError("config.json lacks head_dim and hidden_size; cannot size the KV cache")
     per_rank_heads = max(1, math.ceil(kv_heads / tp))
@@ -227,7 +224,7 @@ class MemoryModel:
         self.par = par
         self.config = config or {}
         n = par.tp
-        kv_heads = _config_int(self.config, "num_key_value_heads")
+        kv_heads = config_int(self.config, "num_key_value_heads")
         eb = cls.expert_bytes()
         keys = sorted(eb)
         self.experts = ExpertTable(keys=keys, bytes=np.array([eb[k] for k in keys], dtype=np.int64),
@@ -285,6 +282,10 @@ class MemoryModel:
 
     def report(self, host: HostSet | None = None, usable_gib: float | None = None, reserve_gib: float = 0.0,
                kv_dtype_bytes: int | None = None) -> MemoryReport:
+        if usable_gib is not None and not (math.isfinite(usable_gib) and usable_gib > 0):
+            raise InputError(f"--usable-gib {usable_gib}: give the usable memory per GPU, a finite number above 0")
+        if not (math.isfinite(reserve_gib) and reserve_gib >= 0):
+            raise InputError(f"--reserve-gib {reserve_gib}: give the headroom to keep free, a finite number, 0 or more")
         host = host or HostSet()
         n = self.par.tp
         device = {c: self.base[c].copy() for c in CATEGORIES}
@@ -320,6 +321,53 @@ def per_gpu(cls: Classification, par: Parallelism, host: HostSet | None = None, 
     return MemoryModel(cls, par, config).report(host, usable_gib, reserve_gib)
 
 
+def per_gpu_pipeline(cls: Classification, par: Parallelism, pp: int, partition: list[int] | None = None,
+                     host: HostSet | None = None, usable_gib: float | None = None, reserve_gib: float = 0.0,
+                     config: Mapping[str, Any] | None = None) -> list[MemoryReport]:
+    """Per-GPU bytes under pipeline parallelism: one report per stage, each over its ``par.tp`` ranks (numbered
+    stage x tp + rank, as vLLM's). Stage s holds the decoder layers vLLM gives it (``pp_layer_ranges``: equal shares,
+    the remainder to the stages before the last; ``partition`` is ``VLLM_PP_LAYER_PARTITION``) at their TP shares.
+    Tensors without a layer: the embedding on the first stage; lm_head, the final norm and the MTP layers (index >=
+    num_hidden_layers) on the last (an assumption to check on the real model); anything else on every stage (the
+    safe side). Each stage's KV bytes per token are its own layers' (pipeline stages add KV room; MLA's TP does
+    not), so the model fits when every stage fits, and its KV tokens are the least of the stages'."""
+    import dataclasses
+
+    from offload_lab.server.multinode import pp_layer_ranges
+
+    layers = cls.num_hidden_layers or config_int(config or {}, "num_hidden_layers", "n_layers")
+    if not layers:
+        raise InputError("the checkpoint's config.json lacks num_hidden_layers; cannot split it into pipeline stages")
+    if pp == 1:
+        return [per_gpu(cls, par, host, usable_gib, reserve_gib, config)]
+    ranges = pp_layer_ranges(layers, pp, partition)
+    first, last = {"embedding"}, {"lm_head", "norm", "mtp"}
+
+    def stage_of(it: Any) -> int | None:  # None: every stage
+        if it.category == "mtp" or (it.layer is not None and it.layer >= layers):
+            return pp - 1
+        if it.layer is not None:
+            return next(s for s, r in enumerate(ranges) if it.layer in r)
+        return 0 if it.category in first else pp - 1 if it.category in last else None
+
+    reports = []
+    for s, r in enumerate(ranges):
+        part = dataclasses.replace(cls, items=[it for it in cls.items if stage_of(it) in (s, None)])
+        stage_host = None
+        if host is not None:
+            names = {it.name for it in part.items}
+            stage_host = HostSet(frozenset((la, e) for la, e in host.experts if la in r),
+                                 frozenset(n for n in host.tensors if n in names))
+        rep = MemoryModel(part, par, config).report(stage_host, usable_gib, reserve_gib)
+        for rank in rep.ranks:
+            rank.rank += s * par.tp
+        if rep.kv is not None:
+            rep.kv = dataclasses.replace(rep.kv, layers=len(r),
+                                         per_gpu_bytes=rep.kv.per_gpu_bytes // rep.kv.layers * len(r))
+        reports.append(rep)
+    return reports
+
+
 def parse_tp_modes(items: Iterable[str]) -> dict[str, TPMode]:
     """``["engram=replicate", ...]`` from the command line, over the defaults."""
     modes = dict(DEFAULT_TP_MODES)
@@ -332,54 +380,5 @@ def parse_tp_modes(items: Iterable[str]) -> dict[str, TPMode]:
     return modes
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Memory math
-
-
-@dataclass(frozen=True)
-class MemoryMathInputs:
-    bits_per_weight: dict[str, float]
-    bits_provenance: str
-    memory_sizes_gb: list[int]
-    sizes_provenance: str
-
-
-def memory_math_inputs(path: Path | None = None) -> MemoryMathInputs:
-    p = path or Path(str(resources.files("offload_lab") / "resources" / "memory_math.yaml"))
-    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    return MemoryMathInputs(
-        bits_per_weight={k: float(v) for k, v in raw["gguf_bits_per_weight"]["formats"].items()},
-        bits_provenance=" ".join(raw["gguf_bits_per_weight"]["provenance"].split()),
-        memory_sizes_gb=sorted(int(x) for x in raw["common_memory_sizes"]["gb"]),
-        sizes_provenance=" ".join(raw["common_memory_sizes"]["provenance"].split()),
-    )
-
-
-def memory_math(params: float, formats: Iterable[str] | None = None,
-                inputs: MemoryMathInputs | None = None) -> list[dict[str, Any]]:
-    """Weight size = parameters x bits per weight / 8 for each GGUF format, and the smallest common memory size
-    that holds the weights alone (nothing for KV cache or runtime). Sizes are nominal and binary (GiB)."""
-    if not params or params <= 0:
-        raise InputError(f"--params must be a positive number of parameters, not {params}")
-    inputs = inputs or memory_math_inputs()
-    chosen = list(formats) if formats else list(inputs.bits_per_weight)
-    unknown = [f for f in chosen if f not in inputs.bits_per_weight]
-    if unknown:
-        raise InputError(f"unknown format(s) {unknown}; known: {', '.join(inputs.bits_per_weight)}")
-    rows = []
-    for fmt in chosen:
-        bpw = inputs.bits_per_weight[fmt]
-        weight_bytes = params * bpw / 8
-        fit = next((s for s in inputs.memory_sizes_gb if s * GiB >= weight_bytes), None)
-        rows.append({"format": fmt, "bits_per_weight": bpw, "weight_gb": weight_bytes / 1e9,
-                     "smallest_memory_gb": fit})
-    return rows
-
-
-def parse_count(text: str) -> float:
-    """``763.2B``, ``35.4M``, ``7.6e11`` or a plain integer -> a number of parameters."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBtT]?)\s*", str(text))
-    if not m:
-        raise InputError(f"{text!r} is not a parameter count (e.g. 763.2B, 35.4M, 7.632e11)")
-    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]
-    return float(m.group(1)) * scale
+# The calculator lives in its own module; these names stay importable from here.
+from offload_lab.fit.memory_math import MemoryMathInputs, memory_math, memory_math_inputs, parse_count  # noqa: E402,F401

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from offload_lab.core import inputs
 from offload_lab.core.errors import InputError, ProducerError
 
 FORMAT = "offload-lab-routing-counts"
@@ -97,11 +98,7 @@ class RoutingCounts:
     @classmethod
     def load(cls, path: Path | str) -> RoutingCounts:
         p = Path(path)
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"routing counts {p}: cannot read it as JSON ({e})") from e
-        return cls.from_dict(d, str(p))
+        return cls.from_dict(inputs.read_json(p, "routing counts", expect=dict), f"routing counts {p}")
 
 
 def from_routed_experts(captures: Iterable[np.ndarray], layers: Sequence[int], num_experts: int,
@@ -128,6 +125,13 @@ def from_routed_experts(captures: Iterable[np.ndarray], layers: Sequence[int], n
         raise InputError("no routed-experts captures given")
     return RoutingCounts(model, list(layers), num_experts, int(top_k), tokens, counts,
                          source or {"kind": "vllm-routed-experts"})
+
+
+def uniform_counts(layers: Sequence[int], num_experts: int, top_k: int) -> RoutingCounts:
+    """Every expert equally likely, p = top_k / num_experts: the routing assumed where none is published (the study
+    publishes no routing counts). Exact: num_experts tokens, each expert chosen top_k times."""
+    counts = np.full((len(layers), num_experts), top_k, dtype=np.int64)
+    return RoutingCounts("uniform", list(layers), num_experts, top_k, num_experts, counts, {"kind": "uniform"})
 
 
 def synthetic_counts(layers: Sequence[int], num_experts: int, top_k: int, tokens: int, skew: float = 1.0,

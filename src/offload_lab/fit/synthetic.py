@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from offload_lab.fit.checkpoint import CONFIG_NAME, DTYPE_BITS, INDEX_NAME
+from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 
 Format = Literal["bf16", "f16", "f32", "fp8", "exl3"]
@@ -118,10 +118,7 @@ class TensorSpec:
 
 def load_spec(path: Path | str) -> SyntheticSpec:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"synthetic checkpoint spec {path}: cannot read it ({e})") from e
+    raw = inputs.read_yaml(path, "synthetic checkpoint spec")
     try:
         return SyntheticSpec.model_validate(raw)
     except ValidationError as e:
@@ -383,6 +380,8 @@ def hf_config(spec: SyntheticSpec) -> dict[str, Any]:
 def write_checkpoint(spec: SyntheticSpec, out_dir: Path | str) -> dict[str, Any]:
     """Write the sparse shards, the index and config.json into ``out_dir`` (which must be empty or absent)."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; write a synthetic checkpoint into a new directory")
     out.mkdir(parents=True, exist_ok=True)

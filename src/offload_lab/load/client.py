@@ -17,21 +17,19 @@ import concurrent.futures
 import json
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field, fields
-from typing import Any, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
-import httpx
 import orjson
 
-from offload_lab.core.errors import ServerError
-
-# A queued long prefill can take minutes (vLLM's own benchmark allows hours); a connection that cannot be made fails
-# fast instead.
-CONNECT_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 3600.0
+from offload_lab.load.endpoint import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint  # noqa: F401 (re-exported)
 
 T = TypeVar("T")
+Reads = list[tuple[int, bytes]]
+# Default timeouts for a session made without an endpoint (the URL goes with each request).
+_DEFAULT = Endpoint("http://127.0.0.1")
 
 ERROR_KINDS = ("connect", "http_status", "stream_error", "timeout", "short_output", "other")
 
@@ -176,28 +174,29 @@ def _apply_usage(rec: RequestRecord, usage: dict[str, Any] | None) -> int | None
     return rec.completion_tokens - before
 
 
-async def stream_request(client: aiohttp.ClientSession, base_url: str, endpoint: str, payload: dict[str, Any],
-                         expected_tokens: int | None = None) -> RequestRecord:
-    """Send one streamed request and time it. Never raises for server-side trouble: the record says what failed.
+async def stream_raw(client: aiohttp.ClientSession, base_url: str | Endpoint, endpoint: str,
+                     payload: dict[str, Any], expected_tokens: int | None = None) -> tuple[RequestRecord, Reads]:
+    """The hot loop: send one streamed request and keep every raw read with its arrival stamp, nothing parsed.
 
-    The hot loop only stamps and keeps each raw read; splitting into events and parsing JSON happen after the
-    stream ends, so that with many streams one stream's parsing cannot delay another's timestamps. (aiohttp, not
-    httpx, for this loop: against the calibrated token source at 64 streams its per-read cost kept the p99 timing
-    error under a millisecond, where httpx's was several.)
+    Transport failures and an HTTP error status are recorded on the record; everything else waits for
+    :func:`finish_record`, which a level may defer to its end (see :mod:`offload_lab.load.closed_loop`): parsing a
+    finished stream on the loop that stamps the others delays their tokens, and streams of one batch finish
+    together. (aiohttp, not httpx, for this loop: against the calibrated token source at 64 streams its per-read
+    cost kept the p99 timing error under a millisecond, where httpx's was several.)
     """
     rec = RequestRecord(request_id=uuid.uuid4().hex, endpoint=endpoint, t_sent_ns=0, expected_tokens=expected_tokens)
-    url = base_url.rstrip("/") + endpoint
-    reads: list[tuple[int, bytes]] = []
+    url = str(getattr(base_url, "base_url", base_url)).rstrip("/") + endpoint
+    reads: Reads = []
     body = orjson.dumps(payload)  # encoded before the clock starts: a long prompt takes a while to serialize
     rec.t_sent_ns = time.monotonic_ns()
     try:
         async with client.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
             rec.status = resp.status
             if resp.status != 200:
-                body = (await resp.read()).decode(errors="replace")
+                text = (await resp.read()).decode(errors="replace")
                 rec.t_end_ns = time.monotonic_ns()
-                rec.error_kind, rec.error = "http_status", f"HTTP {resp.status}: {body[:500]}"
-                return rec
+                rec.error_kind, rec.error = "http_status", f"HTTP {resp.status}: {text[:500]}"
+                return rec, reads
             async for raw in resp.content.iter_any():
                 reads.append((time.monotonic_ns(), raw))
     except aiohttp.ClientConnectorError as e:
@@ -209,6 +208,11 @@ async def stream_request(client: aiohttp.ClientSession, base_url: str, endpoint:
     except (OSError, ValueError) as e:
         rec.error_kind, rec.error = "other", f"{type(e).__name__}: {e}"
     rec.t_end_ns = rec.t_end_ns or time.monotonic_ns()
+    return rec, reads
+
+
+def finish_record(rec: RequestRecord, reads: Reads) -> RequestRecord:
+    """Parse the raw reads into the record's tokens and usage and classify the outcome (never raises)."""
     if reads:
         rec.t_first_byte_ns = reads[0][0]
     try:
@@ -220,10 +224,47 @@ async def stream_request(client: aiohttp.ClientSession, base_url: str, endpoint:
         # JSON of the wrong shape: a server-side fault, recorded, never a crash of the whole level.
         rec.error_kind = rec.error_kind or "other"
         rec.error = rec.error or f"a chunk has an unexpected shape: {type(e).__name__}: {e}"
-    if rec.error_kind is None and expected_tokens is not None and rec.output_tokens < expected_tokens:
+    if rec.error_kind is None and rec.expected_tokens is not None and rec.output_tokens < rec.expected_tokens:
         rec.error_kind = "short_output"
-        rec.error = f"asked for {expected_tokens} tokens, got {rec.output_tokens}"
+        rec.error = f"asked for {rec.expected_tokens} tokens, got {rec.output_tokens}"
     return rec
+
+
+def quick_ok(rec: RequestRecord, reads: Reads) -> bool:
+    """Whether a request succeeded, judged without parsing its stream: transport and status, then only the last
+    ``data:`` event (an error event, or the usage that says how many tokens came) and the ``[DONE]`` marker.
+    Cheap enough for the stop rule to run on it at once; :func:`finish_record` has the last word."""
+    if rec.error_kind is not None:
+        return False
+    # The last 4 KB of the stream, cut to whole lines: enough for the final chunk, whatever the read sizes.
+    k, size = len(reads), 0
+    while k > 0 and size < 4096:
+        k -= 1
+        size += len(reads[k][1])
+    tail = b"".join(raw for _, raw in reads[k:])
+    if k > 0:
+        tail = tail[tail.find(b"\n") + 1:]
+    if b"[DONE]" not in tail:
+        return False
+    events = [line for line in tail.split(b"\n") if line.startswith(b"data:") and b"[DONE]" not in line]
+    if not events:
+        return rec.expected_tokens is None
+    try:
+        last = orjson.loads(events[-1][5:].strip())
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(last, dict) or ("error" in last and not last.get("choices")):
+        return False
+    done = (last.get("usage") or {}).get("completion_tokens")
+    return rec.expected_tokens is None or done is None or done >= rec.expected_tokens
+
+
+async def stream_request(client: aiohttp.ClientSession, base_url: str | Endpoint, endpoint: str,
+                         payload: dict[str, Any], expected_tokens: int | None = None) -> RequestRecord:
+    """Send one streamed request and time it; parsed as soon as it ends. Never raises for server-side trouble:
+    the record says what failed. A level with many streams uses :func:`stream_raw` and defers the parse."""
+    rec, reads = await stream_raw(client, base_url, endpoint, payload, expected_tokens)
+    return finish_record(rec, reads)
 
 
 def sse_events(reads: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
@@ -271,32 +312,18 @@ def _parse_events(rec: RequestRecord, events: list[tuple[int, bytes]]) -> None:
     rec.text = "".join(pieces)
 
 
-def check_reachable(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Fail within seconds, with a clear message, when nothing answers at ``base_url``."""
-    try:
-        with httpx.Client(timeout=timeout_s) as client:
-            models = client.get(base_url.rstrip("/") + "/v1/models")
-            models.raise_for_status()
-            return models.json()
-    except httpx.HTTPError as e:
-        raise ServerError(
-            f"no OpenAI-compatible server answers at {base_url} ({type(e).__name__}: {e}); "
-            "start one with `offload-lab serve --stack configs/stacks/embedded.yaml` or pass the right --url"
-        ) from e
+def check_reachable(base_url: str | Endpoint, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Fail within seconds, with a clear message naming the (redacted) URL, when nothing answers there."""
+    return Endpoint.of(base_url).check_reachable(timeout_s)
 
 
-def first_model(base_url: str) -> str:
-    data = check_reachable(base_url).get("data") or []
-    if not data:
-        raise ServerError(f"the server at {base_url} lists no model in /v1/models")
-    return data[0]["id"]
+def first_model(base_url: str | Endpoint) -> str:
+    return Endpoint.of(base_url).first_model()
 
 
-def new_async_client(streams: int = 1) -> aiohttp.ClientSession:
+def new_async_client(streams: int = 1, endpoint: Endpoint | None = None) -> aiohttp.ClientSession:
     """A streaming client whose connection pool is larger than the number of streams, so no request waits for one."""
-    connector = aiohttp.TCPConnector(limit=max(streams, 1) + 4, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+    return (endpoint or _DEFAULT).async_session(streams)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -310,11 +337,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def run_one(base_url: str, endpoint: str, payload: dict[str, Any], expected_tokens: int | None = None) -> RequestRecord:
+def run_one(base_url: str | Endpoint, endpoint: str, payload: dict[str, Any],
+            expected_tokens: int | None = None) -> RequestRecord:
     """Synchronous convenience for notebooks and tests: one request on a fresh client."""
 
     async def go() -> RequestRecord:
-        async with new_async_client() as client:
+        async with Endpoint.of(base_url).async_session() as client:
             return await stream_request(client, base_url, endpoint, payload, expected_tokens)
 
     return run_sync(go())

@@ -1,35 +1,46 @@
-"""Closed-loop streams: N streams, each sending its next request when its last one ends.
+"""Closed-loop streams: N streams, each sending its next request when its last one ends (and, through the same
+runner, open-loop schedules: :mod:`offload_lab.load.open_loop`).
 
 Statistics are taken only over the window in which all N streams are in flight (from the moment the last stream
 sends its first request to the moment the first stream receives its last token), so ramp-up and drain do not flatter
-or penalise a level; the time-weighted concurrency actually achieved over that window is reported beside N. The
-client watches its own event loop: when its lag is large against the time per token it measures, the run is
-flagged, since then the client, not the server, set the pace. A stop rule declared before the run ends a level when
-errors pass a rate (with a minimum count, so a single disconnect does not end a sweep) or fail in a row.
+or penalise a level; the time-weighted concurrency actually achieved over that window is reported beside N. A level
+runs in this process or sharded over worker processes (:mod:`offload_lab.load.workers`); either way parsing waits
+for the level's end (:mod:`offload_lab.load.share`) and each process records its own loop lag and CPU, from which
+:mod:`offload_lab.load.health` judges whether the client could have moved the figures.
+
+A stop rule declared before the run ends a level when errors pass a rate (with a minimum count, so a single
+disconnect does not end a sweep) or fail in a row. It counts per level by default (``scope: level``), or over the
+last ``window`` requests (``scope: window``), or over the whole sweep (``scope: sweep``, the old rule, under which 60
+good requests at one stream hid a failing level). It runs on each request's quick verdict as it ends; when the full
+parse at the level's end disagrees for some request, the level's decision is replayed from the final verdicts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from offload_lab.load import client as load
 from offload_lab.core import runs
 from offload_lab.load import metrics as server_metrics
-from offload_lab.core import stats
-from offload_lab.load.workloads import PreparedWorkload, RequestSpec
+from offload_lab.load import workers as workers_mod
+from offload_lab.load.endpoint import Endpoint
+from offload_lab.load.share import (  # noqa: F401 (LagMonitor, cache_verdict, is_burst: re-exported)
+    BURST_ITL_MS,
+    LagMonitor,
+    ShareConfig,
+    cache_verdict,
+    is_burst,
+    run_share,
+)
+from offload_lab.load.workloads import PreparedWorkload
 
-LAG_INTERVAL_S = 0.005
-# The client's loop lag (p99) above this share of the measured TPOT flags the run: the clock may not be the server's.
+# The old client-health rule: loop lag p99 above this share of the measured TPOT. Kept as a recorded figure only;
+# the verdict is :func:`offload_lab.load.health.verdict` (a constant delay cancels out of TPOT; lag alone cried wolf).
 LAG_FLAG_FRACTION = 0.1
-# A stream whose gaps between token chunks are all below this was delivered in a burst, not as generated.
-BURST_ITL_MS = 0.05
 
 
 class StopRule(BaseModel):
@@ -40,109 +51,96 @@ class StopRule(BaseModel):
     max_error_rate: float = Field(0.05, ge=0, le=1, description="stop when errors / requests exceeds this ...")
     min_errors: int = Field(2, ge=1, description="... and at least this many errors occurred")
     max_consecutive_failures: int = Field(5, ge=1, description="stop after this many failures in a row")
+    scope: Literal["level", "window", "sweep"] = Field(
+        "level", description="count errors per level (default), over the last `window` requests, or over the sweep")
+    window: int | None = Field(None, ge=1, description="scope window: requests in the sliding window")
+
+    @model_validator(mode="after")
+    def _window(self) -> StopRule:
+        if (self.scope == "window") != (self.window is not None):
+            raise ValueError("stop_rule: `window` (a number of requests) goes with `scope: window`, and only with it")
+        return self
 
 
 @dataclass
 class StopState:
+    """The rule's counters. ``requests``/``errors`` are the sweep's totals; the rule itself counts in its scope."""
+
     rule: StopRule
     requests: int = 0
     errors: int = 0
     consecutive: int = 0
     reason: str | None = None
+    level: int | None = None
+    recent: deque = field(default_factory=deque)  # outcomes in scope (level: this level; window: the last k)
+    _snapshot: dict[str, Any] | None = None
+
+    def begin_level(self, level: int) -> None:
+        self.level = level
+        if self.rule.scope == "level":
+            self.recent.clear()
+            self.consecutive = 0
+        self._snapshot = {"requests": self.requests, "errors": self.errors, "consecutive": self.consecutive,
+                          "reason": self.reason, "recent": deque(self.recent)}
 
     def record(self, ok: bool) -> str | None:
         self.requests += 1
-        if ok:
-            self.consecutive = 0
-        else:
-            self.errors += 1
-            self.consecutive += 1
+        self.errors += not ok
+        self.consecutive = 0 if ok else self.consecutive + 1
+        if self.rule.scope != "sweep":
+            self.recent.append(ok)
+        if self.rule.scope == "window" and len(self.recent) > (self.rule.window or 0):
+            self.recent.popleft()
         if self.reason is None:
             r = self.rule
-            if self.errors >= r.min_errors and self.errors / self.requests > r.max_error_rate:
-                self.reason = (f"error rate {self.errors}/{self.requests} is above {r.max_error_rate:.0%} with at "
-                               f"least {r.min_errors} errors")
+            n = len(self.recent) if r.scope != "sweep" else self.requests
+            e = (len(self.recent) - sum(self.recent)) if r.scope != "sweep" else self.errors
+            at = f"at {self.level} stream(s)" if self.level is not None else "in this level"
+            where = {"level": at, "window": f"in the last {n} requests",
+                     "sweep": "over the sweep"}[r.scope]
+            if e >= r.min_errors and e / n > r.max_error_rate:
+                self.reason = (f"error rate {e}/{n} {where} is above {r.max_error_rate:.0%} with at least "
+                               f"{r.min_errors} errors")
             elif self.consecutive >= r.max_consecutive_failures:
-                self.reason = f"{self.consecutive} requests failed in a row"
+                self.reason = f"{self.consecutive} requests failed in a row ({where.replace('in the last', 'of')})"
         return self.reason
 
-
-class LagMonitor:
-    """Measures how late the client's event loop wakes up: a busy client delays every timestamp it takes."""
-
-    def __init__(self, interval_s: float = LAG_INTERVAL_S):
-        self.interval_s = interval_s
-        self.lags_ms: list[float] = []
-        self._task: asyncio.Task | None = None
-
-    async def _run(self) -> None:
-        interval_ns = int(self.interval_s * 1e9)
-        while True:
-            expected = time.monotonic_ns() + interval_ns
-            await asyncio.sleep(self.interval_s)
-            self.lags_ms.append(max(0, time.monotonic_ns() - expected) / 1e6)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    def summary(self) -> dict[str, Any]:
-        s = stats.summarize(self.lags_ms)
-        arr = np.asarray(self.lags_ms) if self.lags_ms else np.zeros(1)
-        return {"lag_ms_median": s["median"], "lag_ms_p99": float(np.percentile(arr, 99)),
-                "lag_ms_max": s["max"], "lag_samples": s["n"]}
-
-
-@dataclass
-class Finished:
-    stream: int
-    turn: int
-    spec: RequestSpec
-    record: load.RequestRecord
+    def replay_level(self, outcomes: list[bool]) -> str | None:
+        """Decide the level again from its final verdicts (in completion order), from the state at its start."""
+        if self._snapshot is None:
+            return self.reason
+        snap = self._snapshot
+        self.requests, self.errors, self.consecutive, self.reason = (snap["requests"], snap["errors"],
+                                                                     snap["consecutive"], snap["reason"])
+        self.recent = deque(snap["recent"])
+        for ok in outcomes:
+            self.record(ok)
+        return self.reason
 
 
 @dataclass
 class LevelResult:
     streams: int
-    finished: list[Finished] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # request events, in send order
     inflight: list[tuple[int, int]] = field(default_factory=list)  # (t_ns, +1 or -1)
     window_ns: tuple[int, int] | None = None
-    lag: dict[str, Any] = field(default_factory=dict)
+    lag: dict[str, Any] = field(default_factory=dict)  # the worst worker's loop lag
+    workers: list[dict[str, Any]] = field(default_factory=list)  # each process's lag and CPU
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None
+    stop_replayed: bool = False
     seconds: float = 0.0
 
 
-def cache_verdict(spec: RequestSpec, rec: load.RequestRecord) -> bool | None:
-    """Whether the prefix cache did what the regime needs; None when the server does not report cached tokens."""
-    if rec.cached_tokens is None or not rec.ok:
-        return None
-    if rec.cached_tokens < spec.expect_cached_min:
-        return False
-    return spec.expect_cached_max is None or rec.cached_tokens <= spec.expect_cached_max
-
-
-def is_burst(rec: load.RequestRecord) -> bool:
-    itl = rec.itl_ms
-    return len(itl) >= 3 and max(itl) < BURST_ITL_MS
-
-
-def measurement_window(finished: list[Finished], streams: int) -> tuple[int, int] | None:
+def measurement_window(events: list[dict[str, Any]], streams: int) -> tuple[int, int] | None:
     """From the last stream's first send to the first stream's last token: every stream in flight in between."""
     first_sent: dict[int, int] = {}
     last_token: dict[int, int] = {}
-    for f in finished:
-        r = f.record
-        first_sent[f.stream] = min(first_sent.get(f.stream, r.t_sent_ns), r.t_sent_ns)
-        end = r.t_last_token_ns or r.t_end_ns or r.t_sent_ns
-        last_token[f.stream] = max(last_token.get(f.stream, end), end)
+    for e in events:
+        s, sent = e["stream"], e["t_sent_ns"]
+        first_sent[s] = min(first_sent.get(s, sent), sent)
+        end = e.get("t_last_token_ns") or e.get("t_end_ns") or sent
+        last_token[s] = max(last_token.get(s, end), end)
     if len(first_sent) < streams:
         return None
     start, end = max(first_sent.values()), min(last_token.values())
@@ -168,68 +166,52 @@ def achieved_concurrency(changes: list[tuple[int, int]], window: tuple[int, int]
     return area / (end - start)
 
 
-async def run_level(base_url: str, work: PreparedWorkload, stop: StopState, log: runs.EventLog,
-                    scrape_interval_s: float = 1.0, extra: dict[str, Any] | None = None) -> LevelResult:
-    """Run one level (N streams) to its end or to the stop rule; every request is logged as it finishes."""
+async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: StopState, log: runs.EventLog,
+                    scrape_interval_s: float | None = 1.0, extra: dict[str, Any] | None = None, workers: int = 1,
+                    defer: bool = True, configs: list[ShareConfig] | None = None) -> LevelResult:
+    """Run one level (N streams, or the open-loop ``configs`` given) to its end or to the stop rule; its requests
+    are logged when it ends, in send order. ``scrape_interval_s`` None scrapes /metrics only before and after."""
+    endpoint = Endpoint.of(base_url)
     n = work.streams
     result = LevelResult(streams=n)
-    extra = extra or {}
-    halt = asyncio.Event()
+    stop.begin_level(n)
+    halt = {"now": False}
+
+    def report(ok: bool) -> bool:
+        if stop.record(ok):
+            halt["now"] = True
+        return halt["now"]
+
+    if configs is None:
+        configs = [ShareConfig(worker=k, streams=streams, defer=defer, level=n, extra=dict(extra or {}))
+                   for k, streams in enumerate(workers_mod.shard(n, max(1, min(workers, n))))]
     started = time.monotonic()
-    async with load.new_async_client(n) as client:
-        scraper = server_metrics.Scraper(base_url, interval_s=scrape_interval_s)
-        await scraper.start(client)
-        lag = LagMonitor()
-        lag.start()
-
-        async def stream(s: int) -> None:
-            previous: load.RequestRecord | None = None
-            turn = 0
-            while not halt.is_set():
-                spec = work.next_request(s, turn, previous)
-                if spec is None:
-                    return
-                result.inflight.append((time.monotonic_ns(), +1))
-                rec = await load.stream_request(client, base_url, spec.endpoint, spec.payload, spec.expected_tokens)
-                result.inflight.append((rec.t_end_ns or time.monotonic_ns(), -1))
-                result.finished.append(Finished(s, turn, spec, rec))
-                log.append(rec.event(**{
-                    **spec.meta, **extra, "kind": "request", "level": n, "stream": s, "turn": turn,
-                    "cache_ok": cache_verdict(spec, rec), "expect_cached_min": spec.expect_cached_min,
-                    "expected_prompt_tokens": spec.prompt_tokens, "burst": is_burst(rec),
-                }))
-                if stop.record(rec.ok):
-                    halt.set()
-                    return
-                previous = rec
-                turn += 1
-                if work.think_time_s:
-                    try:
-                        await asyncio.wait_for(halt.wait(), timeout=work.think_time_s)
-                    except asyncio.TimeoutError:
-                        pass
-
-        # Python's cyclic garbage collector pauses the whole client for tens of milliseconds once enough objects
-        # pile up (seen as all streams' tokens late at once); a level is short, so collect before and not during.
-        gc.collect()
-        gc.disable()
-        tasks = [asyncio.create_task(stream(s)) for s in range(n)]
+    async with endpoint.async_session(2) as client:
+        scraper = server_metrics.Scraper(endpoint.base_url, interval_s=scrape_interval_s or 0.0)
+        await scraper.start(client, during=scrape_interval_s is not None)
         try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            # One stream failed outright: stop the others before the client closes under them.
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+            if len(configs) == 1:
+                shares = [await run_share(endpoint, work, configs[0], report, lambda: halt["now"])]
+            else:
+                shares = await workers_mod.run_workers(endpoint, work, configs, report)
         finally:
-            gc.enable()
-            await lag.stop()
             await scraper.stop(client)
     for sample in scraper.samples:
-        log.append({"kind": "metrics", "level": n, **sample, **extra})
-    result.window_ns = measurement_window(result.finished, n)
-    result.lag = lag.summary()
+        log.append({"kind": "metrics", "level": n, **sample, **(extra or {})})
+    result.events = sorted((e for sh in shares for e in sh.events), key=lambda e: e["t_sent_ns"])
+    for e in result.events:
+        log.append(e)
+    result.inflight = [c for sh in shares for c in sh.inflight]
+    if any(sh.quick_mismatches for sh in shares):
+        # The full parse disagreed with a quick verdict: the level's decision is taken again from final verdicts.
+        done = sorted(result.events, key=lambda e: e.get("t_end_ns") or e["t_sent_ns"])
+        stop.replay_level([bool(e["ok"]) for e in done])
+        result.stop_replayed = True
+    if configs[0].schedule is None:
+        result.window_ns = measurement_window(result.events, n)
+    result.workers = [sh.health for sh in shares]
+    worst = max(shares, key=lambda sh: sh.health.get("lag_ms_p99") or 0.0)
+    result.lag = {k: worst.health.get(k) for k in ("lag_ms_median", "lag_ms_p99", "lag_ms_max", "lag_samples")}
     result.server = server_metrics.summarize(scraper.samples)
     result.stopped = stop.reason
     result.seconds = time.monotonic() - started

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from offload_lab.load.endpoint import Endpoint
 
 # Which quantity each pattern finds; the first name that matches in a scrape wins.
 PATTERNS: dict[str, str] = {
@@ -30,6 +31,10 @@ PATTERNS: dict[str, str] = {
     "prompt_tokens": r"^vllm:prompt_tokens(_total)?$",
     "generation_tokens": r"^vllm:generation_tokens(_total)?$",
     "preemptions": r"^vllm:num_preemptions(_total)?$",
+    # Prompt tokens served from a cache (any tier), and the offload connector's own hits: what compare-vllm checks.
+    "prompt_tokens_cached": r"^vllm:prompt_tokens_cached(_total)?$",
+    "external_prefix_cache_hits": r"^vllm:external_prefix_cache_hits(_total)?$",
+    "external_prefix_cache_queries": r"^vllm:external_prefix_cache_queries(_total)?$",
 }
 # Histograms whose sums and counts let a run be compared with the server's own timing.
 HISTOGRAMS: dict[str, str] = {
@@ -101,10 +106,12 @@ class Scraper:
             except asyncio.TimeoutError:
                 pass
 
-    async def start(self, client: aiohttp.ClientSession) -> None:
+    async def start(self, client: aiohttp.ClientSession, during: bool = True) -> None:
+        """Scrape once now, then every ``interval_s`` while the run goes on (``during``), else only at the end."""
         await self.scrape(client, "before")
         self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._loop(client))
+        if during and self.interval_s > 0:
+            self._task = asyncio.create_task(self._loop(client))
 
     async def stop(self, client: aiohttp.ClientSession) -> None:
         if self._stop is not None:
@@ -139,6 +146,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "prefix_cache_hit_rate": (hits / queries) if hits is not None and queries else None,
         "spec_decode_acceptance": (accepted / drafted) if accepted is not None and drafted else None,
         "generation_tokens": _delta(samples, "generation_tokens"),
+        "prompt_tokens_cached": _delta(samples, "prompt_tokens_cached"),
+        "external_prefix_cache_hits": _delta(samples, "external_prefix_cache_hits"),
         "preemptions": _delta(samples, "preemptions"),
     }
     for name in HISTOGRAMS:
@@ -148,20 +157,23 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def cache_config(base_url: str, timeout_s: float = 10.0) -> dict[str, str]:
-    """The labels of vLLM's ``cache_config_info`` gauge (block size, number of KV blocks...); {} if absent."""
-    try:
-        text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s).text
-    except httpx.HTTPError:
+def cache_config(base_url: "str | Endpoint", timeout_s: float = 10.0) -> dict[str, str]:
+    """The labels of vLLM's ``cache_config_info`` gauge (block size, number of KV blocks...); {} if absent (a
+    server without /metrics, or one whose /metrics is not Prometheus text)."""
+    text = Endpoint.of(base_url).metrics_text(timeout_s)
+    if not text:
         return {}
-    for family in text_string_to_metric_families(text):
-        if family.name.endswith("cache_config_info"):
-            for s in family.samples:
-                return dict(s.labels)
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name.endswith("cache_config_info"):
+                for s in family.samples:
+                    return dict(s.labels)
+    except ValueError:
+        return {}
     return {}
 
 
-def block_size(base_url: str, default: int = 16) -> int:
+def block_size(base_url: "str | Endpoint", default: int = 16) -> int:
     """The server's KV block size: prefix-cache hits come in whole blocks (128 on vLLM's CPU backend)."""
     value = cache_config(base_url).get("block_size")
     return int(value) if value and value.isdigit() else default

@@ -7,6 +7,7 @@ match it.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -16,16 +17,15 @@ import httpx
 from offload_lab.core.errors import InputError, ServerError
 
 # Plain words give text that tokenizes like prose; the list is fixed so prompts are reproducible from a seed.
-_WORDS = (
-    "the of and to in is was for on that with as by at from his her it an were are which this be or had not but "
-    "have their one all been has they more when there who so some other into its time than only new two may first "
-    "after also any these over most made such where many through before long years between both under same while "
-    "river market engine memory expert layer token stream cache server window budget plan model signal value field "
-    "north south garden letter number system method result table figure morning evening question answer window "
-    "simple careful quiet rapid steady bright narrow gentle heavy distant common rare early late open closed"
-).split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "it", "an", "were", "are", "which", "this", "be", "or", "had", "not", "but", "have", "their", "one", "all", "been", "has", "they", "more", "when", "there", "who", "so", "some", "other", "into", "its", "time", "than", "only", "new", "two", "may", "first", "after", "also", "any", "these", "over", "most", "made", "such", "where", "many", "through", "before", "long", "years", "between", "both", "under", "same", "while", "river", "market", "engine", "memory", "expert", "layer", "token", "stream", "cache", "server", "window", "budget", "plan", "model", "signal", "value", "field", "north", "south", "garden", "letter", "number", "system", "method", "result", "table", "figure", "morning", "evening", "question", "answer", "window", "simple", "careful", "quiet", "rapid", "steady", "bright", "narrow", "gentle", "heavy", "distant", "common", "rare", "early", "late", "open", "closed"]
 
 MAX_ADJUST = 40
+
+
+def salt_tag(salt: str) -> str:
+    """A short tag that differs from the first character for different salts: salts that share a long start (a run
+    id) would otherwise give prompts whose first tokens, and at a small block size their first KV block, agree."""
+    return hashlib.sha256(salt.encode()).hexdigest()[:10]
 
 
 def filler_text(n_words: int, seed: str) -> str:
@@ -65,7 +65,7 @@ class Tokenizer:
 
 
 def exact_prompt(tok: Tokenizer, n_tokens: int, salt: str) -> str:
-    """Text, starting with ``salt``, that the server tokenizes to exactly ``n_tokens`` tokens.
+    """Text, starting with a tag of ``salt`` (:func:`salt_tag`), that the server tokenizes to exactly ``n_tokens`` tokens.
 
     Start from seeded filler, cut its token list to the target and detokenize; byte-level BPE can merge across the
     cut, so re-tokenize and nudge the cut until the server's count is exact.
@@ -74,7 +74,7 @@ def exact_prompt(tok: Tokenizer, n_tokens: int, salt: str) -> str:
         raise InputError(f"prompt length {n_tokens} is too short; ask for at least 4 tokens")
     words = max(16, int(n_tokens * 1.2))
     while True:
-        ids = tok.tokenize(f"[{salt}] " + filler_text(words, seed=salt))
+        ids = tok.tokenize(f"[{salt_tag(salt)}] " + filler_text(words, seed=salt))
         if len(ids) >= n_tokens + 8:
             break
         words = int(words * 1.5) + 16

@@ -22,10 +22,11 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from offload_lab.load import client as load
-from offload_lab.load import prompts
-from offload_lab.load import metrics as server_metrics
 from offload_lab.core.errors import InputError, ServerError
+from offload_lab.load import client as load
+from offload_lab.load import metrics as server_metrics
+from offload_lab.load.endpoint import Endpoint
+from offload_lab.load import prompts
 
 REGIMES = ("short", "cold_prefill", "shared_prefix", "private_context", "agent_turns")
 Regime = Literal["short", "cold_prefill", "shared_prefix", "private_context", "agent_turns"]
@@ -78,7 +79,7 @@ class PreparedWorkload:
     streams: int
     requests_per_stream: int
     queues: list[list[RequestSpec]] = field(default_factory=list)
-    chats: list["ChatState"] = field(default_factory=list)
+    chats: list[ChatState] = field(default_factory=list)
     primed: list[dict[str, Any]] = field(default_factory=list)
 
     def next_request(self, stream: int, turn: int, previous: load.RequestRecord | None) -> RequestSpec | None:
@@ -86,7 +87,8 @@ class PreparedWorkload:
             return None
         if self.spec.regime == "agent_turns":
             return self.chats[stream].next_request(turn, previous)
-        return self.queues[stream][turn]
+        queue = self.queues[stream]
+        return queue[turn] if turn < len(queue) else None  # queues may be ragged (a fixed set of prompts)
 
     @property
     def think_time_s(self) -> float:
@@ -153,11 +155,12 @@ def _probe(base_url: str, model: str, text: str, want_cached: int, what: str) ->
             "ttft_s": rec.ttft_s, "cache_ok": ok}
 
 
-def prepare(spec: WorkloadSpec, base_url: str, model: str, streams: int, requests_per_stream: int,
+def prepare(spec: WorkloadSpec, base_url: "str | Endpoint", model: str, streams: int, requests_per_stream: int,
             salt: str) -> PreparedWorkload:
     """Build every prompt of a level and prime the caches its regime needs. Runs before the clock starts."""
     if streams < 1 or requests_per_stream < 1:
         raise InputError("streams and requests per stream must be at least 1")
+    base_url = Endpoint.of(base_url).base_url
     if spec.block_size is None:
         spec = spec.model_copy(update={"block_size": server_metrics.block_size(base_url)})
     out = PreparedWorkload(spec=spec, model=model, streams=streams, requests_per_stream=requests_per_stream)

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from offload_lab.core import runs
-from offload_lab.paper.claims import HashCache, SourceFile, Sources, bind, experiments_of, find_runs
 from offload_lab.core.errors import ClaimError
+from offload_lab.paper.claims import (
+    HashCache,
+    SourceFile,
+    Sources,
+    bind,
+    experiments_of,
+    find_runs,
+)
 
 SIDECAR_SCHEMA = 1
 IMAGE_FORMATS = ("svg", "png")
@@ -100,24 +107,43 @@ _STYLE = {
 }
 
 
+def legend_problems(fig: Any) -> list[str]:
+    """Legends that run past the figure's edge, which savefig would cut ("in pinned host memor"): each legend's box
+    must lie inside the figure (a legend above or beside the axes is fine while the layout makes room for it)."""
+    fig.draw_without_rendering()  # the constrained layout places everything on draw (any canvas, or none)
+    edge = fig.bbox
+    problems = []
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes)]
+    for legend in (lg for lg in legends if lg is not None and lg.get_visible()):
+        box = legend.get_window_extent()
+        if box.x0 < edge.x0 - 1 or box.y0 < edge.y0 - 1 or box.x1 > edge.x1 + 1 or box.y1 > edge.y1 + 1:
+            labels = ", ".join(repr(t.get_text()) for t in legend.get_texts()[:3])
+            problems.append(f"the legend ({labels}) runs past the figure's edge and would be clipped")
+    return problems
+
+
 def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
     import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     outputs = {}
     with matplotlib.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=d.size_in, layout="constrained")
+        # A Figure outside pyplot needs no backend: the caller's (a notebook's inline one) is left as it was.
+        fig = Figure(figsize=d.size_in, layout="constrained")
+        ax = fig.subplots()
         try:
             d.draw(src, ax)
+            problems = legend_problems(fig)
+            if problems:
+                raise ClaimError(f"figure {d.name}: " + "; ".join(problems) + ": place it inside the axes "
+                                 "(loc=...), in fewer columns, or give the figure more room (size_in)")
             for ext in IMAGE_FORMATS:
                 target = out_dir / f"{d.name}.{ext}"
                 meta = {"Date": None} if ext == "svg" else {"Software": None}
                 runs.atomic_savefig(fig, target, format=ext, dpi=200, metadata=meta)
                 outputs[target.name] = runs.sha256_file(target)
         finally:
-            plt.close(fig)
+            fig.clear()
     return outputs
 
 
@@ -171,7 +197,7 @@ def draw_figures(
 
         registry = figure_registry()
     repo = Path(repo_root) if repo_root is not None else None
-    latest = find_runs(Path(data_root), campaign, [e for d in registry.values() for e in d.experiments])
+    latest = find_runs(Path(data_root), campaign, [e for d in registry.values() for e in d.experiments], repo)
     hashes = HashCache()
     out: dict[str, FigureRecord | None] = {}
     for name, d in sorted(registry.items()):

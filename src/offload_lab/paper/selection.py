@@ -27,17 +27,19 @@ class Selection:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
-def campaign_file(repo_root: Path, campaign: str) -> Path | None:
-    """The campaign file of ``configs/campaigns/`` whose ``name`` is ``campaign``."""
+def campaign_files(repo_root: Path, campaign: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The campaign files of ``configs/campaigns/`` whose ``name`` is ``campaign`` (several files may add to one
+    campaign: ``embedded-repeat.yaml`` adds repeated boots to ``embedded``), with their contents."""
     folder = Path(repo_root) / CAMPAIGNS_DIR
+    found = []
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(data, dict) and data.get("name") == campaign:
-            return path
-    return None
+            found.append((path, data))
+    return found
 
 
 def _normalized(kind: str, values: Any) -> Any:
@@ -51,16 +53,18 @@ def _normalized(kind: str, values: Any) -> Any:
         return {"__invalid__": values}
 
 
-def declared(repo_root: Path, campaign: str) -> dict[str, tuple[str, Any]] | None:
-    """experiment -> (its folder, its validated parameters), from the campaign file; None without a file."""
-    path = campaign_file(repo_root, campaign)
-    if path is None:
+def declared(repo_root: Path, campaign: str) -> dict[str, tuple[str, list[Any]]] | None:
+    """experiment -> (its folder, every parameter set a campaign file declares for it, validated); None when no
+    campaign file has that name."""
+    files = campaign_files(repo_root, campaign)
+    if not files:
         return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    out = {}
-    for e in data.get("experiments") or []:
-        kind = Path(str(e.get("notebook", ""))).stem
-        out[str(e.get("experiment"))] = (kind, _normalized(kind, e.get("parameters") or {}))
+    out: dict[str, tuple[str, list[Any]]] = {}
+    for _, data in files:
+        for e in data.get("experiments") or []:
+            kind = Path(str(e.get("notebook", ""))).stem
+            params = _normalized(kind, e.get("parameters") or {})
+            out.setdefault(str(e.get("experiment")), (kind, []))[1].append(params)
     return out
 
 
@@ -83,11 +87,11 @@ def select(data_root: Path, campaign: str, experiments: set[str], repo_root: Pat
         if wanted is None or e not in wanted:
             sel.chosen[e] = candidates[0] if candidates else None
             continue
-        kind, params = wanted[e]
+        kind, allowed = wanted[e]
         sel.chosen[e] = None
         for run_dir in candidates:
             got = _normalized(kind, runs.load_manifest(run_dir).get("parameters"))
-            if got == params:
+            if got in allowed:
                 sel.chosen[e] = run_dir
                 break
             sel.skipped.append({"experiment": e, "run_id": run_dir.name,

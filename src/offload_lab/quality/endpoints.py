@@ -112,6 +112,8 @@ def chat_payload(spec: EndpointSpec, model: str, messages: list[dict[str, Any]],
         # vLLM rejects both flags true; set both explicitly so a default can never decide.
         body["continue_final_message"] = bool(continuation)
         body["add_generation_prompt"] = not continuation
+        # The generated token ids beside the text: two servers' greedy answers are compared token for token.
+        body["return_token_ids"] = True
     elif spec.kind == "deepseek":
         body["thinking"] = {"type": "disabled"}
         if continuation:

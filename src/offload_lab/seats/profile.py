@@ -10,18 +10,22 @@ period, and ``q``: the chance that the developer is generating at a given moment
 seat models in :mod:`offload_lab.seats.capacity` take.
 
 A profile may give the split outright (``output``, ``new_input``, ``cached_read``) or, as the published one does, a
-total and the number of context tokens re-read per token written. Then only the written tokens are known, not how
-they divide into output and new input; they are all timed at the output rate, which makes the hours an upper bound
-(prefill is faster than decoding) and says so in :class:`ProfileTiming.split_known`.
+total and the number of context tokens re-read for every *output* token (``cached_reads_per_output_token``). Then the
+split into output and new input is not known: the total is ``(1 + r)·O + N``. It is *inferred* (:func:`infer_split`)
+from the hours generating that the source published, which fix ``O/v + N/P``: two equations, two unknowns. The hours
+are known only to their rounding (hours, share of the period and q each give an interval; their intersection is
+used), so the inferred split is a central value and a range, labelled ``inferred`` in :class:`ProfileTiming`, and
+every figure built on it carries the range. By construction the inferred split reproduces the published hours and q;
+what it adds is the output tokens (for volume) and the new input tokens, which the source does not publish.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from offload_lab.core.errors import InputError
@@ -50,9 +54,19 @@ class TokenCounts(BaseModel):
     output: float | None = Field(None, ge=0, description="tokens the model generated")
     new_input: float | None = Field(None, ge=0, description="input tokens prefilled for the first time")
     cached_read: float | None = Field(None, ge=0, description="context tokens read again from the prefix cache")
-    cached_reads_per_written_token: float | None = Field(
-        None, ge=0, description="context tokens re-read per token written (output plus new input)"
+    cached_reads_per_output_token: float | None = Field(
+        None, ge=0, description="context tokens re-read for every output token the model wrote"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        # The field's old name carried the old reading (re-reads per token written, output and new input together).
+        if isinstance(data, dict) and "cached_reads_per_written_token" in data:
+            raise ValueError("cached_reads_per_written_token is now cached_reads_per_output_token: the ratio is "
+                             "context re-read for every OUTPUT token; rename it, and check that this is what your "
+                             "source's figure means")
+        return data
 
     @model_validator(mode="after")
     def _enough_to_split(self) -> "TokenCounts":
@@ -65,16 +79,20 @@ class TokenCounts(BaseModel):
                     "give consistent counts or leave total out"
                 )
             return self
-        if self.total is not None and self.cached_reads_per_written_token is not None:
+        if self.total is not None and self.cached_reads_per_output_token is not None:
             if any(p is not None for p in parts):
                 raise ValueError(
-                    "give either output, new_input and cached_read, or total and cached_reads_per_written_token, "
+                    "give either output, new_input and cached_read, or total and cached_reads_per_output_token, "
                     "not a mix"
                 )
             return self
         raise ValueError(
-            "tokens need either output, new_input and cached_read, or total and cached_reads_per_written_token"
+            "tokens need either output, new_input and cached_read, or total and cached_reads_per_output_token"
         )
+
+    @property
+    def split_given(self) -> bool:
+        return self.output is not None and self.new_input is not None and self.cached_read is not None
 
 
 class PublishedFigures(BaseModel):
@@ -86,6 +104,18 @@ class PublishedFigures(BaseModel):
     fraction_of_period: float | None = Field(None, ge=0, le=1)
     q: float | None = Field(None, ge=0, le=1)
     stream_tok_s: float | None = Field(None, gt=0, description="the output rate the source timed tokens at")
+    as_published: dict[str, str] = Field(
+        default_factory=dict,
+        description="figures as printed ('2.8', '1.7%', '7.1%'), by field name: they give each figure's rounding")
+
+    def printed(self, name: str) -> str | None:
+        """The figure as printed: from ``as_published``, else the shortest spelling of the number (its rounding)."""
+        if name in self.as_published:
+            return self.as_published[name]
+        v = getattr(self, name)
+        if v is None:
+            return None
+        return f"{100 * v:.10g}%" if name in ("fraction_of_period", "q") else f"{v:.10g}"
 
 
 class UsageProfile(BaseModel):
@@ -96,7 +126,7 @@ class UsageProfile(BaseModel):
     provenance: Provenance
     period_days: float = Field(gt=0, description="length of the period the tokens were counted over, in days")
     active_days: float = Field(gt=0, description="days of the period the developer worked")
-    sessions: int = Field(ge=0, description="agent sessions in the period")
+    sessions: int = Field(ge=0, strict=True, description="agent sessions in the period (a whole number; true is not 1)")
     window_hours: float = Field(gt=0, description="hours of the working window on each active day")
     tokens: TokenCounts
     published: PublishedFigures | None = None
@@ -126,7 +156,12 @@ class TokenSplit:
     output: float
     new_input: float
     cached_read: float
-    split_known: bool  # False: output holds every written token (output + new input), new_input is 0
+    kind: Literal["published", "inferred"]
+    # The range the published roundings allow (equal to the value for a published split).
+    output_range: tuple[float, float]
+    new_input_range: tuple[float, float]
+    hours_range: tuple[float, float] | None = None  # hours generating consistent with every published rounding
+    basis: str = ""  # how an inferred split was inferred, in words
 
     @property
     def written(self) -> float:
@@ -143,42 +178,150 @@ class ProfileTiming:
     output_tokens: float
     new_input_tokens: float
     cached_read_tokens: float
-    split_known: bool
+    split: Literal["published", "inferred"]
+    output_tokens_range: tuple[float, float]
+    new_input_tokens_range: tuple[float, float]
     hours_generating: float
+    hours_generating_range: tuple[float, float]
     fraction_of_period: float
     window_hours_in_period: float
     q: float
+    q_range: tuple[float, float]
+    split_basis: str = ""
+
+    @property
+    def split_known(self) -> bool:
+        return self.split == "published"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["split_known"] = self.split_known
+        return d
 
 
-def token_split(tokens: TokenCounts) -> TokenSplit:
-    if tokens.output is not None and tokens.new_input is not None and tokens.cached_read is not None:
-        return TokenSplit(tokens.output, tokens.new_input, tokens.cached_read, split_known=True)
-    assert tokens.total is not None and tokens.cached_reads_per_written_token is not None  # the validator saw to it
-    written = tokens.total / (1.0 + tokens.cached_reads_per_written_token)
-    return TokenSplit(output=written, new_input=0.0, cached_read=tokens.total - written, split_known=False)
+def rounding_interval(printed: str) -> tuple[float, float]:
+    """The half-open interval of values that print as ``printed``: '2.8' → [2.75, 2.85); '7.1%' → [0.0705, 0.0715)."""
+    text = printed.strip().replace(",", "")
+    scale = Decimal("0.01") if text.endswith("%") else Decimal(1)
+    try:
+        d = Decimal(text.rstrip("%"))
+    except InvalidOperation as e:
+        raise InputError(f"{printed!r} is not a number as printed (e.g. '2.8' or '7.1%')") from e
+    exponent = d.as_tuple().exponent
+    half = Decimal(1).scaleb(exponent if isinstance(exponent, int) else 0) / 2
+    return float((d - half) * scale), float((d + half) * scale)
+
+
+def published_hours_interval(profile: UsageProfile) -> tuple[float, float]:
+    """Hours generating consistent with every published figure's rounding: hours, share of the period, q."""
+    pub = profile.published
+    if pub is None:
+        raise InputError(f"profile {profile.name} publishes no hours, share or q to infer its split from")
+    period_h, window_h = profile.period_days * HOURS_PER_DAY, profile.window_hours_in_period
+    found: list[tuple[float, float]] = []
+    for name, per in (("hours_generating", 1.0), ("fraction_of_period", period_h), ("q", window_h)):
+        printed = pub.printed(name)
+        if printed is not None:
+            lo, hi = rounding_interval(printed)
+            found.append((lo * per, hi * per))
+    if not found:
+        raise InputError(f"profile {profile.name} publishes no hours, share or q to infer its split from")
+    lo, hi = max(a for a, _ in found), min(b for _, b in found)
+    if lo >= hi:
+        raise InputError(f"profile {profile.name}: its published hours, share of the period and q do not agree "
+                         f"(their rounding intervals {found} have no common value)")
+    return lo, hi
+
+
+def split_for_hours(total: float, reread_per_output: float, stream_tok_s: float, prefill_tok_s: float,
+                    hours: float) -> tuple[float, float]:
+    """(output, new input) with ``total = (1 + r)·O + N`` and ``3600·hours = O/v + N/P``."""
+    r, v, p = reread_per_output, stream_tok_s, prefill_tok_s
+    denom = (1 + r) / p - 1 / v
+    if denom == 0:
+        raise InputError(f"at a prefill rate of {p:g} tokens/s an output token and its share of the total take the "
+                         "same time, so the hours do not determine the split: choose another prefill rate")
+    out = (total / p - 3600 * hours) / denom
+    new = total - (1 + r) * out
+    if out <= 0 or new < 0:
+        raise InputError(
+            f"no split of {total:,.0f} tokens gives {hours:.4f} hours at {v:g} and {p:,.1f} tokens/s: the hours "
+            f"must lie between {total / (1 + r) / v / 3600:.4f} (no new input) and {total / p / 3600:.4f} (no "
+            "output); check the profile's figures and the prefill rate")
+    return out, new
+
+
+def infer_split(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: float) -> TokenSplit:
+    """The split of a total-and-ratio profile, inferred from its published hours (see the module's docstring).
+
+    The central value uses the hours that the most precisely printed figure gives at its printed value (q times the
+    window when q is published); the range comes from the ends of the hours interval every rounding allows.
+    """
+    tokens = profile.tokens
+    assert tokens.total is not None and tokens.cached_reads_per_output_token is not None  # the validator saw to it
+    lo, hi = published_hours_interval(profile)
+    pub = profile.published
+    assert pub is not None
+    if pub.q is not None:
+        central_h = pub.q * profile.window_hours_in_period
+    elif pub.fraction_of_period is not None:
+        central_h = pub.fraction_of_period * profile.period_days * HOURS_PER_DAY
+    else:
+        central_h = float(pub.hours_generating)  # type: ignore[arg-type]
+    central_h = min(max(central_h, lo), hi)
+    r = tokens.cached_reads_per_output_token
+    out, new = split_for_hours(tokens.total, r, stream_tok_s, prefill_tok_s, central_h)
+    ends = [split_for_hours(tokens.total, r, stream_tok_s, prefill_tok_s, h) for h in (lo, hi)]
+    return TokenSplit(
+        output=out, new_input=new, cached_read=r * out, kind="inferred",
+        output_range=(min(e[0] for e in ends), max(e[0] for e in ends)),
+        new_input_range=(min(e[1] for e in ends), max(e[1] for e in ends)),
+        hours_range=(lo, hi),
+        basis=(f"inferred, not published: total = (1 + {r:g}) × output + new input, and the published hours "
+               f"({lo:.3f} to {hi:.3f} h by their rounding) = output / {stream_tok_s:g} tok/s + new input / "
+               f"{prefill_tok_s:,.0f} tok/s"),
+    )
+
+
+def token_split(profile: UsageProfile, stream_tok_s: float | None = None,
+                prefill_tok_s: float | None = None) -> TokenSplit:
+    """The profile's split: as given, or inferred from its published hours (which needs both rates)."""
+    t = profile.tokens
+    if t.split_given:
+        assert t.output is not None and t.new_input is not None and t.cached_read is not None
+        return TokenSplit(t.output, t.new_input, t.cached_read, kind="published",
+                          output_range=(t.output, t.output), new_input_range=(t.new_input, t.new_input))
+    if stream_tok_s is None or prefill_tok_s is None:
+        raise InputError(
+            f"profile {profile.name} gives a total and a re-read ratio, not the split into output and new input: "
+            "its split is inferred from its published hours, which needs an output rate and a prefill rate")
+    return infer_split(profile, stream_tok_s, prefill_tok_s)
+
+
+def _hours(split_out: float, split_new: float, stream_tok_s: float, prefill_tok_s: float | None) -> float:
+    return (split_out / stream_tok_s + (split_new / prefill_tok_s if split_new else 0.0)) / 3600.0
 
 
 def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: float | None = None) -> ProfileTiming:
     """Hours generating = output / stream rate + new input / prefill rate; q = those hours / the window's hours.
 
-    Raises InputError when a rate is not positive, when the profile has new input tokens and no prefill rate is
-    given, or when the hours generating do not fit in the window (q above 1: the profile and rates disagree).
+    Raises InputError when a rate is not positive, when the profile has new input tokens (given or to be inferred)
+    and no prefill rate is given, or when the hours generating do not fit in the window (q above 1).
     """
     if not stream_tok_s > 0:
         raise InputError(f"the per-stream output rate must be positive tokens/s, not {stream_tok_s!r}")
     if prefill_tok_s is not None and not prefill_tok_s > 0:
         raise InputError(f"the prefill rate must be positive tokens/s, not {prefill_tok_s!r}")
-    split = token_split(profile.tokens)
+    split = token_split(profile, stream_tok_s, prefill_tok_s)
     if split.new_input > 0 and prefill_tok_s is None:
         raise InputError(
             f"profile {profile.name} has {split.new_input:,.0f} new input tokens: give a prefill rate (tokens/s) to "
             "time them"
         )
-    seconds = split.output / stream_tok_s + (split.new_input / prefill_tok_s if split.new_input else 0.0)
-    hours = seconds / 3600.0
+    hours = _hours(split.output, split.new_input, stream_tok_s, prefill_tok_s)
+    # The hours at the ends of the split's range (for an inferred split, the ends of the published interval).
+    ends = [_hours(o, n, stream_tok_s, prefill_tok_s) for o, n in zip(split.output_range, split.new_input_range[::-1])]
+    hours_range = split.hours_range or (min(ends), max(ends))
     window = profile.window_hours_in_period
     q = hours / window
     if q > 1:
@@ -193,17 +336,28 @@ def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: fl
         output_tokens=split.output,
         new_input_tokens=split.new_input,
         cached_read_tokens=split.cached_read,
-        split_known=split.split_known,
+        split=split.kind,
+        output_tokens_range=split.output_range,
+        new_input_tokens_range=split.new_input_range,
         hours_generating=hours,
+        hours_generating_range=hours_range,
         fraction_of_period=hours / (profile.period_days * HOURS_PER_DAY),
         window_hours_in_period=window,
         q=q,
+        q_range=(hours_range[0] / window, hours_range[1] / window),
+        split_basis=split.basis,
     )
 
 
-def output_tokens_per_hour_of_period(profile: UsageProfile) -> float:
-    """A developer's output tokens per wall-clock hour of the period (for volume: output over a month)."""
-    return token_split(profile.tokens).output / (profile.period_days * HOURS_PER_DAY)
+def output_tokens_per_hour_of_period(profile: UsageProfile, output_tokens: float | None = None) -> float:
+    """A developer's output tokens per wall-clock hour of the period (for volume: output over a month).
+
+    ``output_tokens``: the period's output when the split is inferred (from :func:`profile_timing`); a profile that
+    gives its split needs none.
+    """
+    if output_tokens is None:
+        output_tokens = token_split(profile).output
+    return output_tokens / (profile.period_days * HOURS_PER_DAY)
 
 
 def _format_errors(e: ValidationError) -> str:
@@ -229,8 +383,7 @@ def load_profile(path: Path | str) -> UsageProfile:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"usage profile {path} does not exist; profiles live in configs/profiles/*.yaml")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise InputError(f"usage profile {path} is not valid YAML: {e}") from e
+    from offload_lab.core.inputs import read_yaml
+
+    data = read_yaml(path, "usage profile", expect=None)  # bounded, UTF-8 checked; parse_profile checks the shape
     return parse_profile(data, where=f"usage profile {path}")

@@ -28,14 +28,19 @@ import json
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from offload_lab.core.errors import InputError
+from offload_lab.server.multinode import PodField
+from offload_lab.server.envargs import ENV_NAME, check_env_and_args
 
 FULL_SHA1 = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An exact version: digits and dots, optionally a pre/post/local tail; no operators, no wildcards.
 EXACT_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+_-]*)$")
+# Linux's largest CONFIG_NR_CPUS is 8192: a higher id is a typo on any machine. Ids this machine lacks are checked
+# when the server starts (and reported by `stack check`), since a stack file is often written for another machine.
+MAX_CPU_ID = 8191
 
 
 class _Strict(BaseModel):
@@ -291,14 +296,42 @@ class ServerSpec(_Strict):
     flags: ServerFlags = Field(default_factory=ServerFlags)
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    cpus: list[int] | None = Field(
-        default=None,
+    env_from: list[str] = Field(
+        default_factory=list,
+        description="names of environment variables passed through to the server from the environment of the "
+                    "command that starts it (API keys, tokens); only the names are recorded, never the values",
+    )
+    cpus: list[StrictInt] | None = Field(
+        default=None, min_length=1,
         description="CPU ids the server (and every process it starts) may run on; None: all. On a small CPU-only "
                     "machine, keeping vLLM's processes on one core leaves the others to the load client.",
     )
-    ready_timeout_s: float = 600.0
-    stop_timeout_s: float = 30.0
+    ready_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    stop_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_ids(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        bad = [c for c in v if not 0 <= c <= MAX_CPU_ID]
+        if bad:
+            raise ValueError(f"CPU id(s) {bad} are impossible: CPU ids are 0 to {MAX_CPU_ID}")
+        dup = sorted({c for c in v if v.count(c) > 1})
+        if dup:
+            raise ValueError(f"CPU id(s) {dup} listed twice")
+        return v
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> "ServerSpec":
+        check_env_and_args(self.env, self.args, "server")
+        if [n for n in self.env_from if not ENV_NAME.match(n)]:
+            raise ValueError(f"server.env_from {self.env_from}: give environment variable names")
+        both = sorted(set(self.env) & set(self.env_from))
+        if both:
+            raise ValueError(f"{both} are both set in server.env and passed through by server.env_from; keep one")
+        return self
 
     @model_validator(mode="after")
     def _no_flag_twice(self) -> "ServerSpec":
@@ -324,7 +357,8 @@ class Price(_Strict):
 class StackFile(_Strict):
     """A stack file (``configs/stacks/*.yaml``)."""
 
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="letters, digits, '_', '.' and '-' (it names directories)")
     description: str = ""
     extends: str | None = Field(None, description="stack file this one is written against (root-relative): its "
                                                   "fields, deep-merged with this file's (lists and scalars replace)")
@@ -335,12 +369,18 @@ class StackFile(_Strict):
     install: InstallSpec | None = None
     plans: PlanSet | None = None
     price: Price | None = None
+    pod: PodField = Field(None, description="the machine to rent, and a server across nodes (server/multinode.py)")
     pinned: bool | None = Field(None, description="the file's own claim; checked against its parts")
     todo: str | None = None
     provenance: str | None = None
 
     @model_validator(mode="after")
     def _parts(self) -> "StackFile":
+        # Build environments are recorded too: no secret values there either (the install reads $HF_TOKEN itself).
+        for part in self.parts:
+            check_env_and_args(part.env, [], f"part {part.name}")
+        if self.install is not None:
+            check_env_and_args(self.install.env, [], "install")
         names = [p.name for p in self.parts]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -423,6 +463,11 @@ class StackOverride(_Strict):
         if unknown:
             raise ValueError(f"unknown server flag(s) {unknown}; known: {sorted(ServerFlags.model_fields)}")
         return v
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> "StackOverride":
+        check_env_and_args(self.env, self.args, "variant")
+        return self
 
     def is_empty(self) -> bool:
         return not (self.flags or self.args or self.env or self.plan)

@@ -11,16 +11,14 @@ boot is a measurement, not only an exception.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import httpx
-import yaml
 from pydantic import ValidationError
 
 from offload_lab.server import boots
@@ -28,9 +26,12 @@ from offload_lab.core import environment
 from offload_lab.core import runs
 from offload_lab.server.boots import classify_boot, tail  # noqa: F401  (re-exported: callers import them from here)
 from offload_lab.core.errors import InputError, ServerError
+from offload_lab.core.inputs import pydantic_input_error, read_json, read_text, parse_yaml
 from offload_lab.core.paths import find_root
 from offload_lab.core.procs import free_port, port_is_free, terminate_group
-from offload_lab.server.spec import ModelSpec, ServerSpec, StackFile, StackOverride, apply_override, deep_merge, unpinned_items
+from offload_lab.core.redact import redact_args
+from offload_lab.server.watchdog import child_setup, start_watchdog
+from offload_lab.server.spec import StackFile, StackOverride, apply_override, deep_merge, unpinned_items
 
 LOG_NAME = "server.log"
 BOOT_NAME = "boot.json"
@@ -72,6 +73,8 @@ class Stack:
         return Stack(apply_override(self.spec, override), self.file, self.root, self.text, override, variant)
 
     def record(self) -> dict[str, Any]:
+        # The spec holds no secret values (server.env refuses them; env_from holds names), and what gets written is
+        # redacted again by the run's writer.
         out: dict[str, Any] = {"file": str(self.file), "sha256": runs.sha256_file(self.file),
                                "spec": self.spec.model_dump()}
         if self.spec.extends:
@@ -88,13 +91,16 @@ class Stack:
 
 def load_stack(path: Path | str, root: Path | None = None) -> Stack:
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() and not path.is_dir():
         raise InputError(f"stack file {path} does not exist; the embedded one is configs/stacks/embedded.yaml")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "stack file")
     root = root or find_root(path.resolve().parent)
     data = _read_yaml(path, text)
     bases: list[Path] = []
-    while isinstance(data.get("extends"), str):
+    while data.get("extends") is not None:
+        if not isinstance(data["extends"], str):
+            raise InputError(f"stack file {bases[-1] if bases else path}: extends {data['extends']!r} is not a file "
+                             "name; give the path of one stack file (root-relative) or leave it out")
         base_path = Path(data["extends"])
         base_path = base_path if base_path.is_absolute() else root / base_path
         if base_path.resolve() in bases or base_path.resolve() == path.resolve():
@@ -102,7 +108,7 @@ def load_stack(path: Path | str, root: Path | None = None) -> Stack:
         if not base_path.is_file():
             raise InputError(f"stack file {path}: extends {data['extends']}, which does not exist")
         bases.append(base_path.resolve())
-        base = _read_yaml(base_path, base_path.read_text(encoding="utf-8"))
+        base = _read_yaml(base_path, read_text(base_path, "stack file (extended)"))
         # The base's own `extends` (if any) is followed next; this file's is the one recorded.
         data = {**deep_merge(base, {k: v for k, v in data.items() if k != "extends"}),
                 "extends": base.get("extends")}
@@ -110,22 +116,15 @@ def load_stack(path: Path | str, root: Path | None = None) -> Stack:
     try:
         spec = StackFile.model_validate(data)
     except ValidationError as e:
-        raise InputError(f"stack file {path} is not a valid stack file:\n{_pydantic_errors(e)}") from e
+        raise pydantic_input_error(e, f"stack file {path}") from e
     return Stack(spec=spec, file=path.resolve(), root=root, text=text)
 
 
 def _read_yaml(path: Path, text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InputError(f"stack file {path} is not valid YAML: {e}") from e
+    data = parse_yaml(text, path, "stack file")
     if not isinstance(data, dict):
         raise InputError(f"stack file {path} is not a mapping of fields")
     return data
-
-
-def _pydantic_errors(e: ValidationError) -> str:
-    return "\n".join(f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
 
 
 # --- ports -------------------------------------------------------------------------------------------------------
@@ -144,6 +143,7 @@ class Server:
     process: subprocess.Popen | None = None
     boot: dict[str, Any] = field(default_factory=dict)
     _log: Any = None
+    _watchdog: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -160,18 +160,30 @@ class Server:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self) -> dict[str, Any]:
-        """SIGTERM to the server's process group, SIGKILL after the stack's timeout; then finish the boot run."""
+    def stop(self, reason: str | None = None) -> dict[str, Any]:
+        """SIGTERM to the server's process group, SIGKILL after the stack's timeout; then finish the boot run.
+
+        ``reason`` (e.g. ``SIGTERM received``) goes into boot.json's ``stopped`` and the manifest's ``stop_reason``.
+        A ready boot stays ``ok``: the boot worked, and the server was stopped on request.
+        """
         info: dict[str, Any] = {"signal": None, "returncode": None}
         if self.process is not None:
             info = terminate_group(self.process, self.stack.spec.server.stop_timeout_s)
+        if self._watchdog is not None and self._watchdog.poll() is None:
+            self._watchdog.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5)
         if self._log is not None and not self._log.closed:
             self._log.close()
         if self.run.manifest.get("outcome") == "running":
             ok = self.boot.get("outcome") == "ready"
             self.boot["stop"] = info
+            if reason:
+                self.boot["stopped"] = {"reason": reason, "by": "offload-lab", "signal": info.get("signal"),
+                                        "at": runs.utc_now()}
             self.run.write_json(BOOT_NAME, self.boot)
-            self.run.finish("ok" if ok else "failed", error=None if ok else self.boot.get("outcome"))
+            self.run.finish("ok" if ok else "failed", error=None if ok else self.boot.get("outcome"),
+                            **({"stop_reason": reason} if reason else {}))
         return info
 
 
@@ -185,7 +197,8 @@ def server_command(stack: Stack, host: str, port: int) -> list[str]:
 
 
 def server_env(stack: Stack) -> dict[str, str | None]:
-    """The variables the stack sets in the server's environment, the plan file's among them; None: unset."""
+    """The variables the stack sets in the server's environment, the plan file's among them; None: unset.
+    Variables of ``server.env_from`` are not here: the server inherits them, and only their names are recorded."""
     env: dict[str, str | None] = dict(stack.spec.server.env)
     plans = stack.spec.plans
     if plans is not None:
@@ -253,6 +266,12 @@ def boot(
             f"stack file {stack.file}: the server's Python {stack.python} does not exist; create the server "
             f"environment (`offload-lab stack install {stack.file}`, or `make server-env` for the embedded stack)"
         )
+    if port is not None and not 1 <= port <= 65535:
+        raise InputError(f"--port {port} is not a port: give 1 to 65535, or leave it out for a free one")
+    missing = [n for n in stack.spec.server.env_from if n not in os.environ]
+    if missing:
+        raise InputError(f"stack file {stack.file}: server.env_from passes {', '.join(missing)} from the "
+                         "environment, but it is not set; export it first")
     if port is not None and not port_is_free(port, host):
         raise InputError(f"port {port} on {host} is already in use; pass another --port or leave it out")
     ensure_model(stack)
@@ -266,8 +285,9 @@ def boot(
                     **({"variant": stack.variant} if stack.variant else {}), **(parameters or {})},
         environment=environment_record if environment_record is not None else environment.capture_environment(),
         stack=stack.record(),
-        server_command=cmd,
+        server_command=redact_args(cmd),
         server_env_names=sorted(extra_env),
+        server_env_from=list(stack.spec.server.env_from),
         host_load={"start": environment.host_load()},
         **manifest_fields,
     )
@@ -282,10 +302,13 @@ def boot(
     started = time.monotonic()
     server.process = subprocess.Popen(
         cmd, stdout=server._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        cwd=str(stack.root), start_new_session=True, preexec_fn=_affinity(stack.spec.server.cpus),
+        cwd=str(stack.root), start_new_session=True,
+        preexec_fn=child_setup(os.getpid(), _affinity(stack.spec.server.cpus)),
     )
-    # From here on the server runs in its own session, out of reach of Ctrl-C: whatever goes wrong, stop it.
+    # From here on the server runs in its own session, out of reach of Ctrl-C: whatever goes wrong, stop it. If
+    # this process dies without doing so, the parent-death signal and the watchdog do (server/watchdog.py).
     try:
+        server._watchdog = start_watchdog(server.process.pid, run.path, stack.spec.server.stop_timeout_s)
         timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
         ready, served, timed_out = _wait_ready(server, timeout)
         startup_s = time.monotonic() - started
@@ -305,7 +328,7 @@ def boot(
             "category": boots.CATEGORY[outcome],
             "startup_s": round(startup_s, 3),
             "url": server.url,
-            "command": cmd,
+            "command": redact_args(cmd),
             "returncode": server.process.poll(),
             "pid": server.process.pid,
             "served_model": served,
@@ -328,26 +351,19 @@ def boot(
     except BaseException as e:
         if not server.boot:
             server.boot = {"outcome": "interrupted" if isinstance(e, KeyboardInterrupt) else "error",
-                           "error": f"{type(e).__name__}: {e}", "command": cmd}
+                           "error": f"{type(e).__name__}: {e}", "command": redact_args(cmd)}
         server.stop()
         raise
     return server
 
 
-def start_server(
-    stack: Stack,
-    data_root: Path,
-    campaign: str,
-    port: int | None = None,
-    host: str = "127.0.0.1",
-    ready_timeout_s: float | None = None,
-    **boot_kwargs: Any,
-) -> Server:
-    """Start the stack's server and wait until it answers ``/health``, ``/v1/models`` and the probe request.
+def start_server(stack: Stack, data_root: Path, campaign: str, **boot_kwargs: Any) -> Server:
+    """Start the stack's server and wait until it answers ``/health``, ``/v1/models`` and the probe request
+    (``boot_kwargs``: those of :func:`boot`, e.g. ``port``, ``ready_timeout_s``).
 
     Always records the boot; raises :class:`ServerError` (after recording it) when the outcome is not ``ready``.
     """
-    server = boot(stack, data_root, campaign, port=port, host=host, ready_timeout_s=ready_timeout_s, **boot_kwargs)
+    server = boot(stack, data_root, campaign, **boot_kwargs)
     outcome = server.boot["outcome"]
     if outcome != "ready":
         log_text = server.log_path.read_text(errors="replace")
@@ -369,14 +385,14 @@ def _install_record(python: Path) -> dict[str, Any] | None:
                                        "patches", "plans")}
 
 
-def _affinity(cpus: list[int] | None) -> Callable[[], None] | None:
+def _affinity(cpus: list[int] | None) -> set[int] | None:
     if not cpus:
         return None
     available = os.sched_getaffinity(0)
     chosen = set(cpus) & available
     if not chosen:
         raise InputError(f"stack server.cpus {cpus} names no CPU this process may use (it may use {sorted(available)})")
-    return lambda: os.sched_setaffinity(0, chosen)
+    return chosen
 
 
 def _model_record(model_path: Path, hash_limit_bytes: int = 256 * 2**20) -> dict[str, Any]:
@@ -392,7 +408,7 @@ def _model_record(model_path: Path, hash_limit_bytes: int = 256 * 2**20) -> dict
         files[p.name] = runs.sha256_file(p) if size <= hash_limit_bytes else None
     return {
         "path": str(model_path),
-        "config": json.loads(config.read_text()) if config.is_file() else None,
+        "config": read_json(config, "model config", expect=dict) if config.is_file() else None,
         "files_sha256": files,
         "files_bytes": sizes,
     }

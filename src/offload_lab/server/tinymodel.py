@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from offload_lab.core.errors import InputError
+from offload_lab.core.inputs import read_yaml
 
 DEFAULT_CONFIG_NAME = "tiny-qwen3-moe.yaml"
 CORPUS_NAME = "tokenizer_corpus.txt"
@@ -136,16 +136,7 @@ def _describe(err: Any) -> tuple[str, str]:
 def load_model_spec(path: Path | str) -> TinyModelSpec:
     """Read and validate a tiny-model config; errors name the file and the field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"tiny model config {path}: cannot read it ({exc.strerror or exc})") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"tiny model config {path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise InputError(f"tiny model config {path}: expected a mapping of fields, got {type(raw).__name__}")
+    raw = read_yaml(path, "tiny model config")  # bounded, UTF-8 checked, a mapping
     try:
         return TinyModelSpec.model_validate(raw)
     except ValidationError as exc:

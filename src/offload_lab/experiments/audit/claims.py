@@ -40,34 +40,48 @@ def _fit_row(src: Sources, plan_prefix: str, ep: bool = False) -> Any:
     return rows.iloc[0]
 
 
-@claim("audit.parameters_b", experiment=AUDIT, files=[SYN], fmt=fmt_billions, unit="billion parameters")
-def _params(src: Sources) -> float:
-    """Parameters of the study-scale layout, in billions (from its tensor shapes)."""
-    return float(_syn(src)["parameters"])
+# Claims that read one value: (name, path into synthetic_audit.json, type, format, unit, description).
+_SYN_VALUES = [
+    ("audit.parameters_b", ("parameters",), float, fmt_billions, "billion parameters",
+     "Parameters of the study-scale layout, in billions (from its tensor shapes)."),
+    ("audit.layers", ("routed_experts", "layers"), int, fmt_int, "layers", "MoE layers holding routed experts."),
+    ("audit.experts_per_layer", ("routed_experts", "experts_per_layer_max"), int, fmt_int, "experts",
+     "Routed experts per MoE layer."),
+    ("audit.experts", ("routed_experts", "experts"), int, fmt_int, "experts", "Routed experts in all."),
+    ("audit.top_k", ("spec", "num_experts_per_tok"), int, fmt_int, "experts", "Routed experts active per token."),
+    ("audit.expert_bits", ("spec", "expert_bits"), float, "{:g}", "bits",
+     "Bits per weight of the routed experts in the layout."),
+    ("audit.kv_bytes_per_token", ("kv", "bytes_per_token_per_gpu"), int, fmt_int, "bytes",
+     "KV-cache bytes per token on each GPU."),
+]
+for _name, _path, _type, _fmt, _unit, _desc in _SYN_VALUES:
+    claim(_name, experiment=AUDIT, files=[SYN], fmt=_fmt, unit=_unit, description=_desc)(
+        lambda src, _p=_path, _t=_type: _t(functools.reduce(lambda d, k: d[k], _p, _syn(src))))
 
-
-@claim("audit.layers", experiment=AUDIT, files=[SYN], fmt=fmt_int, unit="layers")
-def _layers(src: Sources) -> int:
-    """MoE layers holding routed experts."""
-    return int(_syn(src)["routed_experts"]["layers"])
-
-
-@claim("audit.experts_per_layer", experiment=AUDIT, files=[SYN], fmt=fmt_int, unit="experts")
-def _epl(src: Sources) -> int:
-    """Routed experts per MoE layer."""
-    return int(_syn(src)["routed_experts"]["experts_per_layer_max"])
-
-
-@claim("audit.experts", experiment=AUDIT, files=[SYN], fmt=fmt_int, unit="experts")
-def _experts(src: Sources) -> int:
-    """Routed experts in all."""
-    return int(_syn(src)["routed_experts"]["experts"])
-
-
-@claim("audit.top_k", experiment=AUDIT, files=[SYN], fmt=fmt_int, unit="experts")
-def _topk(src: Sources) -> int:
-    """Routed experts active per token."""
-    return int(_syn(src)["spec"]["num_experts_per_tok"])
+# Claims that read one column of one fit.csv row: (name, plan, column, type, format, unit, description).
+_FIT_VALUES = [
+    ("audit.tp", "none", "tp", int, fmt_int, "GPUs", "Tensor-parallel width the fit assumes (GPUs)."),
+    ("audit.usable_gib", "none", "usable_gib", float, fmt_gib, "GiB",
+     "Usable memory per GPU the fit is checked against."),
+    ("audit.per_gpu_gib.none", "none", "per_gpu_gib", float, fmt_gib, "GiB",
+     "What each GPU must hold with every weight on the GPUs."),
+    ("plan.host_experts", "uniform", "host_experts", int, fmt_int, "experts",
+     "Routed experts the uniform plan moves to host memory."),
+    ("plan.per_gpu_gib", "uniform", "per_gpu_gib", float, fmt_gib, "GiB", "What each GPU holds with the uniform plan."),
+    ("plan.host_gib_per_gpu", "uniform", "host_gib_per_gpu", float, fmt_gib, "GiB",
+     "Pinned host memory each GPU's share of the uniform plan takes."),
+    ("plan.headroom_gib", "uniform", "headroom_gib", float, fmt_gib, "GiB",
+     "Memory left on each GPU with the uniform plan (for KV cache, activations and the runtime)."),
+    ("plan.kv_tokens_k", "uniform", "kv_tokens_in_headroom", float, lambda v: f"{float(v) / 1e3:,.0f}", "thousand",
+     "Tokens of KV cache the headroom of the uniform plan holds on each GPU, in thousands."),
+    ("plan.budget_fit_experts", "budget-fit", "host_experts", int, fmt_int, "experts",
+     "Routed experts the budget-fit plan moves: the fewest that leave the reserve free."),
+    ("plan.budget_fit_per_gpu_gib", "budget-fit", "per_gpu_gib", float, fmt_gib, "GiB",
+     "What each GPU holds with the budget-fit plan."),
+]
+for _name, _plan, _col, _type, _fmt, _unit, _desc in _FIT_VALUES:
+    claim(_name, experiment=AUDIT, files=[FIT], fmt=_fmt, unit=_unit, description=_desc)(
+        lambda src, _p=_plan, _c=_col, _t=_type: _t(_fit_row(src, _p)[_c]))
 
 
 @claim("audit.checkpoint_gib", experiment=AUDIT, files=[SYN], fmt=fmt_gib, unit="GiB")
@@ -89,30 +103,6 @@ def _engram(src: Sources) -> float:
     return float(_syn(src)["categories"]["engram"]["bytes"]) / GiB
 
 
-@claim("audit.expert_bits", experiment=AUDIT, files=[SYN], fmt="{:g}", unit="bits")
-def _bits(src: Sources) -> float:
-    """Bits per weight of the routed experts in the layout."""
-    return float(_syn(src)["spec"]["expert_bits"])
-
-
-@claim("audit.tp", experiment=AUDIT, files=[FIT], fmt=fmt_int, unit="GPUs")
-def _tp(src: Sources) -> int:
-    """Tensor-parallel width the fit assumes (GPUs)."""
-    return int(_fit_row(src, "none")["tp"])
-
-
-@claim("audit.usable_gib", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _usable(src: Sources) -> float:
-    """Usable memory per GPU the fit is checked against."""
-    return float(_fit_row(src, "none")["usable_gib"])
-
-
-@claim("audit.per_gpu_gib.none", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _need(src: Sources) -> float:
-    """What each GPU must hold with every weight on the GPUs."""
-    return float(_fit_row(src, "none")["per_gpu_gib"])
-
-
 @claim("audit.overshoot_gib", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
 def _over(src: Sources) -> float:
     """How far what each GPU must hold, every weight on the GPUs, exceeds its usable memory (negative: it fits)."""
@@ -124,12 +114,6 @@ def _over(src: Sources) -> float:
 def _fits_none(src: Sources) -> str:
     """Whether the model fits with every weight on the GPUs, in words."""
     return "fits" if bool(_fit_row(src, "none")["fits"]) else "does not fit"
-
-
-@claim("audit.kv_bytes_per_token", experiment=AUDIT, files=[SYN], fmt=fmt_int, unit="bytes")
-def _kv(src: Sources) -> int:
-    """KV-cache bytes per token on each GPU."""
-    return int(_syn(src)["kv"]["bytes_per_token_per_gpu"])
 
 
 @claim("audit.kv_kind", experiment=AUDIT, files=[SYN], fmt="{}", unit="")
@@ -154,58 +138,16 @@ def _host_cats(src: Sources) -> list[str]:
     return [names.get(c, c) for c in src.parameters.get("host_categories") or []] or ["nothing else"]
 
 
-@claim("plan.host_experts", experiment=AUDIT, files=[FIT], fmt=fmt_int, unit="experts")
-def _host_experts(src: Sources) -> int:
-    """Routed experts the uniform plan moves to host memory."""
-    return int(_fit_row(src, "uniform")["host_experts"])
-
-
-@claim("plan.per_gpu_gib", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _with_plan(src: Sources) -> float:
-    """What each GPU holds with the uniform plan."""
-    return float(_fit_row(src, "uniform")["per_gpu_gib"])
-
-
-@claim("plan.host_gib_per_gpu", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _host_gib(src: Sources) -> float:
-    """Pinned host memory each GPU's share of the uniform plan takes."""
-    return float(_fit_row(src, "uniform")["host_gib_per_gpu"])
-
-
-@claim("plan.headroom_gib", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _headroom(src: Sources) -> float:
-    """Memory left on each GPU with the uniform plan (for KV cache, activations and the runtime)."""
-    return float(_fit_row(src, "uniform")["headroom_gib"])
-
-
 @claim("plan.fits", experiment=AUDIT, files=[FIT], fmt="{}", unit="")
 def _plan_fits(src: Sources) -> str:
     """Whether the model fits with the uniform plan, in words."""
     return "fits" if bool(_fit_row(src, "uniform")["fits"]) else "still does not fit"
 
 
-@claim("plan.kv_tokens_k", experiment=AUDIT, files=[FIT], fmt=lambda v: f"{float(v) / 1e3:,.0f}", unit="thousand")
-def _kv_tokens(src: Sources) -> float:
-    """Tokens of KV cache the headroom of the uniform plan holds on each GPU, in thousands."""
-    return float(_fit_row(src, "uniform")["kv_tokens_in_headroom"])
-
-
 @claim("plan.reserve_gib", experiment=AUDIT, files=["manifest.json"], fmt=fmt_gib, unit="GiB")
 def _reserve(src: Sources) -> float:
     """Headroom the budget-fit plan keeps free on each GPU."""
     return float(src.parameters["reserve_gib"])
-
-
-@claim("plan.budget_fit_experts", experiment=AUDIT, files=[FIT], fmt=fmt_int, unit="experts")
-def _bf_experts(src: Sources) -> int:
-    """Routed experts the budget-fit plan moves: the fewest that leave the reserve free."""
-    return int(_fit_row(src, "budget-fit")["host_experts"])
-
-
-@claim("plan.budget_fit_per_gpu_gib", experiment=AUDIT, files=[FIT], fmt=fmt_gib, unit="GiB")
-def _bf_gpu(src: Sources) -> float:
-    """What each GPU holds with the budget-fit plan."""
-    return float(_fit_row(src, "budget-fit")["per_gpu_gib"])
 
 
 # Plans compared on the tiny model's own routing: which experts a plan moves decides how much traffic crosses the link.

@@ -37,7 +37,9 @@ def audit_fit(src: Sources, ax: Any) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("GiB per GPU")
     ax.set_xlim(left=0)
-    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7)
+    # A figure legend "outside" the axes: the constrained layout makes room for it, so it is never clipped (a legend
+    # anchored above the axes' centre ran past the right edge, the axes being shifted by the long tick labels).
+    ax.figure.legend(frameon=False, loc="outside upper center", ncol=2, fontsize=7)
 
 
 @figure("plan_traffic", experiment="audit", files=["generators.csv"], size_in=(6.0, 2.6))

@@ -6,7 +6,9 @@ The notebook ``notebooks/audit.ipynb`` calls :func:`run_experiment`, which write
 - ``synthetic_audit.json``: the same for a header-only synthetic checkpoint at the study model's scale (a layout, not
   the real model: see configs/checkpoints/), without a plan, with a uniform plan plus the named host categories
   (the study's "gen30" shape), and with a budget-fit plan;
-- ``fit.csv``: one row per (checkpoint, plan, parallelism): per-GPU GiB, usable GiB, headroom, fits, host GiB;
+- ``fit.csv``: one row per (checkpoint, plan, parallelism): per-GPU GiB, usable GiB, headroom, host GiB per GPU, the
+  host RAM the plan's pinned buffers take exact and with power-of-two rounding (:mod:`offload_lab.fit.host_ram`)
+  against ``host_ram_gib``, and the verdict ``fits`` (GPUs and, when the host's RAM is given, host);
 - ``routing_counts_{calibration,heldout,shifted}.json``: the tiny model's routing counts over the package corpus
   (even paragraphs, odd paragraphs) and over shuffled word lists (a distribution shift);
 - ``generators.csv``: every generator on the tiny model at the same host share, planned on the calibration counts and
@@ -25,13 +27,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from offload_lab.fit import checkpoint
+from offload_lab.fit import host_ram
 from offload_lab.fit import memory
 from offload_lab.fit import plan as planmod
 from offload_lab.fit import rangeserver
@@ -59,6 +62,12 @@ class AuditParams(BaseModel):
     host_categories: list[str] = Field(default_factory=lambda: ["engram", "embedding"])
     hbm_gbps: float = Field(gt=0)
     link_gbps: float = Field(gt=0)
+    host_ram_gib: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                       description="the host's RAM; the fit fails when a plan's pinned buffers do not "
+                                                   "fit in it (None: not checked)")
+    pinned: Literal["pow2", "exact"] = Field("pow2", description="pow2: PyTorch's caching host allocator rounds each "
+                                             "pinned block up to a power of two; exact: cudaHostRegister")
+    pinned_granularity: Literal["layer-tensor", "expert"] = "layer-tensor"
     benchmark_repeats: int = Field(3, ge=1)
     plan_repeats: int = Field(5, ge=1)
     synthetic_counts_tokens: int = Field(4096, ge=64, description="tokens of synthetic Zipf routing for timing")
@@ -103,13 +112,26 @@ def _tiny_model(path: Path, log: Callable[[str], None]) -> Path:
     return target
 
 
-def _fit_row(label: str, plan_name: str, report: memory.MemoryReport, host_experts: int) -> dict[str, Any]:
+def _fit_row(label: str, plan_name: str, report: memory.MemoryReport, host_experts: int,
+             ram: host_ram.HostRam | None = None) -> dict[str, Any]:
+    """One row of fit.csv. ``fits`` is the verdict: the GPUs fit and, when the host's RAM is given, so do the plan's
+    pinned buffers (``gpu_fits`` and ``host_fits`` say which failed)."""
     d = report.to_dict()
+    h = ram.to_dict() if ram is not None else {}
+    host_fits = h.get("fits")
     return {"checkpoint": label, "plan": plan_name, "tp": d["tp"], "ep": d["ep"], "per_gpu_gib": d["per_gpu_gib"],
-            "usable_gib": d["usable_gib"], "headroom_gib": d["headroom_gib"], "fits": d["fits"],
+            "usable_gib": d["usable_gib"], "headroom_gib": d["headroom_gib"],
+            "fits": d["fits"] if host_fits is not False else False, "gpu_fits": d["fits"], "host_fits": host_fits,
             "host_gib_per_gpu": d["host_gib_per_gpu"], "host_experts": host_experts,
+            "host_ram_exact_gib": h.get("exact_gib"), "host_ram_rounded_gib": h.get("rounded_gib"),
+            "host_ram_gib": h.get("host_ram_gib"),
             "kv_bytes_per_token_per_gpu": d["kv_bytes_per_token_per_gpu"],
             "kv_tokens_in_headroom": d["kv_tokens_in_headroom"]}
+
+
+def _host_ram(mm: memory.MemoryModel, hs: memory.HostSet, params: AuditParams) -> host_ram.HostRam:
+    return host_ram.host_ram(mm, hs, params.host_ram_gib, granularity=params.pinned_granularity,
+                             rounding=params.pinned == "pow2")
 
 
 def _audit_tiny(run: runs.Run, tiny_dir: Path, params: AuditParams, fit_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -158,6 +180,7 @@ def _audit_synthetic(run: runs.Run, spec_path: Path, params: AuditParams, events
     result["kv"] = _kv_record(ckpt.config, params.tp)
     host_tensors = planmod.host_tensors_for(cls, params.host_categories)
     reports: dict[str, Any] = {}
+    rams: dict[str, Any] = {}
     plans_dir = run.path / "plans"
     plans_dir.mkdir(exist_ok=True)
     for ep in (False, True):
@@ -165,12 +188,17 @@ def _audit_synthetic(run: runs.Run, spec_path: Path, params: AuditParams, events
         tag = "ep" if ep else "tp"
         rep = mm.report(usable_gib=params.usable_gib, reserve_gib=params.reserve_gib)
         reports[f"{tag}_none"] = rep.to_dict()
-        fit_rows.append(_fit_row("synthetic", "none", rep, 0))
+        ram = _host_ram(mm, memory.HostSet(), params)
+        rams[f"{tag}_none"] = ram.to_dict()
+        fit_rows.append(_fit_row("synthetic", "none", rep, 0, ram))
         mask = planmod.gen_uniform(mm, params.host_fraction)
         hs = _host_set(mm, mask, host_tensors)
         rep = mm.report(hs, usable_gib=params.usable_gib, reserve_gib=params.reserve_gib)
         reports[f"{tag}_uniform"] = rep.to_dict()
-        fit_rows.append(_fit_row("synthetic", "uniform+" + "+".join(params.host_categories), rep, int(mask.sum())))
+        ram = _host_ram(mm, hs, params)
+        rams[f"{tag}_uniform"] = ram.to_dict()
+        fit_rows.append(_fit_row("synthetic", "uniform+" + "+".join(params.host_categories), rep, int(mask.sum()),
+                                 ram))
         if not ep:
             p = planmod.make_plan(mm, ckpt, "uniform", mask, host_tensors,
                                   {"fraction": params.host_fraction, "host_categories": params.host_categories})
@@ -181,11 +209,13 @@ def _audit_synthetic(run: runs.Run, spec_path: Path, params: AuditParams, events
         except InputError as e:
             reports[f"{tag}_budget_fit"] = {"error": str(e)}
             continue
-        rep = mm.report(_host_set(mm, bmask, host_tensors), usable_gib=params.usable_gib,
-                        reserve_gib=params.reserve_gib)
+        bhs = _host_set(mm, bmask, host_tensors)
+        rep = mm.report(bhs, usable_gib=params.usable_gib, reserve_gib=params.reserve_gib)
         reports[f"{tag}_budget_fit"] = rep.to_dict()
+        ram = _host_ram(mm, bhs, params)
+        rams[f"{tag}_budget_fit"] = ram.to_dict()
         fit_rows.append(_fit_row("synthetic", "budget-fit+" + "+".join(params.host_categories), rep,
-                                 int(bmask.sum())))
+                                 int(bmask.sum()), ram))
         if not ep:
             p = planmod.make_plan(mm, ckpt, "budget-fit", bmask, host_tensors,
                                   {"usable_gib": params.usable_gib, "reserve_gib": params.reserve_gib,
@@ -193,6 +223,7 @@ def _audit_synthetic(run: runs.Run, spec_path: Path, params: AuditParams, events
             p.checkpoint.source = f"synthetic:{spec.name}"
             planmod.write_plan(p, plans_dir / "synthetic-budget-fit.json")
     result["memory"] = reports
+    result["host_ram"] = rams
     _benchmark_plans(cls, ckpt.config, params, events)
     run.write_json("synthetic_audit.json", result)
     return result

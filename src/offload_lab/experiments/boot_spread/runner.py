@@ -217,17 +217,15 @@ def run_analysis(run: runs.Run, data_root: Path | str, campaign: str, params: Sp
 
 def plot(run_dir: Path | str, metric: str = "tpot_ms") -> Path:
     """Per-boot medians with each boot's p5-p95 bar, per group: the picture of between against within."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     run_dir = Path(run_dir)
     per = pd.read_csv(run_dir / PER_BOOT)
     per = per[per["metric"] == metric]
     groups = sorted(per["group"].unique())
     boots = sorted(per["boot"].unique())
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig = Figure(figsize=(6.4, 3.6))  # outside pyplot: no backend chosen for the notebook that calls this
+    ax = fig.subplots()
     width = 0.8 / max(len(boots), 1)
     for j, b in enumerate(boots):
         sub = per[per["boot"] == b].set_index("group").reindex(groups)
@@ -243,5 +241,4 @@ def plot(run_dir: Path | str, metric: str = "tpot_ms") -> Path:
     out.mkdir(exist_ok=True)
     path = out / f"boot_spread_{metric}.png"
     runs.atomic_savefig(fig, path, dpi=120)
-    plt.close(fig)
     return path

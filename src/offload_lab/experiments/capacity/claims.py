@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from offload_lab.experiments.published.refclaims import CITES
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
 from offload_lab.paper.claims import claim as _claim
@@ -52,46 +53,31 @@ def _values(src: Sources) -> dict[str, Any]:
 
 # -- capacity: inputs as used ---------------------------------------------------------------------------------------
 
-@claim("capacity.q", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(1), unit="probability")
-def _q(src: Sources) -> float:
-    """q used by the seat models: the chance a developer is generating at a moment of the window."""
-    return float(_values(src)["q"])
+# Inputs as used, one claim each: (name, key of inputs.json's values, format, unit, description).
+_INPUTS: tuple[tuple[str, str, Any, str, str], ...] = (
+    ("capacity.q", "q", fmt_pct(1), "probability",
+     "q used by the seat models: the chance a developer is generating at a moment of the window"),
+    ("capacity.alpha", "alpha", fmt_pct(0), "probability",
+     "The seat rule's α: accepted chance that more developers generate at once than there are streams"),
+    ("capacity.alpha_also", "alpha_also", fmt_pct(0), "probability", "The second α the study reports"),
+    ("capacity.streams_per_pod", "streams_per_pod", fmt_int, "streams", "Streams a pod serves at the bar (published)"),
+    ("capacity.streams_at_bar_table", "streams_at_bar_from_table", fmt_int, "streams",
+     "Streams at the bar with the published margin, recomputed from the published agent-turn table"),
+    ("capacity.bar_tok_s", "bar_tok_s", fmt_int, "tokens/s", "The bar: median output tokens per second per stream"),
+    ("capacity.turn_seconds", "turn_seconds", fmt_sig(2), "s",
+     "Seconds one agent reply takes at the bar (published reply length over the bar)"),
+    ("capacity.prefill_tok_s", "prefill_tok_s", fmt_int, "tokens/s",
+     "The prefill rate the week's split is inferred at: the longest published fresh prompt over its TTFT"),
+)
+for _name, _key, _fmt, _unit, _what in _INPUTS:
+    claim(_name, experiment=CAP, files=["inputs.json"], fmt=_fmt, unit=_unit, description=_what)(
+        lambda src, _k=_key: _values(src)[_k])
 
 
 @claim("capacity.q_source", experiment=CAP, files=["inputs.json"], fmt="{}", unit="")
 def _q_source(src: Sources) -> str:
     """Where q came from: the published figure or this project's timing of the profile."""
     return "the published figure" if _values(src)["q_source"] == "published" else "this project's timing"
-
-
-@claim("capacity.alpha", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(0), unit="probability")
-def _alpha(src: Sources) -> float:
-    """The seat rule's α: accepted chance that more developers generate at once than there are streams."""
-    return float(_values(src)["alpha"])
-
-
-@claim("capacity.alpha_also", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(0), unit="probability")
-def _alpha_also(src: Sources) -> float:
-    """The second α the study reports."""
-    return float(_values(src)["alpha_also"])
-
-
-@claim("capacity.streams_per_pod", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="streams")
-def _streams(src: Sources) -> int:
-    """Streams a pod serves at the bar (published)."""
-    return int(_values(src)["streams_per_pod"])
-
-
-@claim("capacity.streams_at_bar_table", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="streams")
-def _streams_table(src: Sources) -> int:
-    """Streams at the bar with the published margin, recomputed from the published agent-turn table."""
-    return int(_values(src)["streams_at_bar_from_table"])
-
-
-@claim("capacity.bar_tok_s", experiment=CAP, files=["inputs.json"], fmt=fmt_int, unit="tokens/s")
-def _bar(src: Sources) -> float:
-    """The bar: median output tokens per second per stream."""
-    return float(_values(src)["bar_tok_s"])
 
 
 @claim("capacity.team_sizes", experiment=CAP, files=["inputs.json"], fmt=fmt_list, unit="developers")
@@ -115,12 +101,6 @@ for _rank, _word in enumerate(("small", "medium", "large")):
           description=f"The {_word} team size the study costs")(_team_size(_rank))
 
 
-@claim("capacity.turn_seconds", experiment=CAP, files=["inputs.json"], fmt=fmt_sig(2), unit="s")
-def _turn(src: Sources) -> float:
-    """Seconds one agent reply takes at the bar (published reply length over the bar)."""
-    return float(_values(src)["turn_seconds"])
-
-
 # -- capacity: the profile -------------------------------------------------------------------------------------------
 
 def _computed(src: Sources) -> dict[str, Any]:
@@ -134,48 +114,58 @@ def _published(src: Sources, key: str) -> float:
     return float(pub[key])
 
 
-@claim("profile.hours_generating", experiment=CAP, files=["profile.json"], fmt=fmt_sig(2), unit="hours")
-def _hours(src: Sources) -> float:
-    """Hours a week generating, timed by this project from the profile's tokens."""
-    return float(_computed(src)["hours_generating"])
+def _end(v: Any, end: int | None) -> float:
+    return float(v if end is None else v[end])
 
 
-@claim("profile.hours_generating_published", experiment=CAP, files=["profile.json"], fmt=fmt_sig(2), unit="hours")
-def _hours_pub(src: Sources) -> float:
-    """Hours a week generating, as published."""
-    return _published(src, "hours_generating")
+# The profile as this project times it, one claim each: (name, field of profile.json's computed, end of its range
+# or None for the value, scale, format, unit, description). Ranges come from an inferred split (issue 12).
+_K = lambda v: f"{float(v) / 1e3:,.0f}"  # noqa: E731 - thousands
+_M = lambda v: f"{float(v) / 1e6:,.1f}"  # noqa: E731 - millions
+_PROFILE: tuple[tuple[str, str, int | None, Any, str, str], ...] = (
+    ("profile.hours_generating", "hours_generating", None, fmt_sig(3), "hours",
+     "Hours a week generating, timed by this project from the profile's tokens"),
+    ("profile.hours_low", "hours_generating_range", 0, fmt_sig(3), "hours",
+     "Lowest hours a week that every published rounding allows"),
+    ("profile.hours_high", "hours_generating_range", 1, fmt_sig(3), "hours",
+     "Highest hours a week that every published rounding allows (exclusive)"),
+    ("profile.fraction_of_week", "fraction_of_period", None, fmt_pct(1), "fraction",
+     "Share of the week spent generating, computed here"),
+    ("profile.q_computed", "q", None, fmt_pct(1), "probability",
+     "q computed by this project from the profile's tokens and the bar"),
+    ("profile.output_tokens", "output_tokens", None, _K, "thousand tokens",
+     "Output tokens in the week (central value of the inferred split), in thousands"),
+    ("profile.output_tokens_low", "output_tokens_range", 0, _K, "thousand tokens",
+     "Output tokens in the week, low end of the inferred range, in thousands"),
+    ("profile.output_tokens_high", "output_tokens_range", 1, _K, "thousand tokens",
+     "Output tokens in the week, high end of the inferred range, in thousands"),
+    ("profile.new_input_tokens", "new_input_tokens", None, _M, "million tokens",
+     "New (uncached) input tokens in the week, central value of the inferred split, in millions"),
+    ("profile.new_input_tokens_low", "new_input_tokens_range", 0, _M, "million tokens",
+     "New input tokens in the week, low end of the inferred range, in millions"),
+    ("profile.new_input_tokens_high", "new_input_tokens_range", 1, _M, "million tokens",
+     "New input tokens in the week, high end of the inferred range, in millions"),
+    ("profile.cached_read_tokens", "cached_read_tokens", None, _M, "million tokens",
+     "Cached context reads in the week (the re-read ratio times the output), in millions"),
+    ("profile.window_hours", "window_hours_in_period", None, fmt_int, "hours",
+     "Hours of working window in the profile's week (active days times the daily window)"),
+)
+for _name, _field, _at, _fmt, _unit, _what in _PROFILE:
+    claim(_name, experiment=CAP, files=["profile.json"], fmt=_fmt, unit=_unit, description=_what)(
+        lambda src, _f=_field, _e=_at: _end(_computed(src)[_f], _e))
 
 
-@claim("profile.fraction_of_week", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="fraction")
-def _fraction(src: Sources) -> float:
-    """Share of the week spent generating, computed here."""
-    return float(_computed(src)["fraction_of_period"])
+@claim("profile.split_kind", experiment=CAP, files=["profile.json"], fmt="{}", unit="")
+def _split_kind(src: Sources) -> str:
+    """Whether the week's split into output and new input was published or inferred here."""
+    return str(_computed(src)["split"])
 
 
-@claim("profile.q_computed", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="probability")
-def _q_computed(src: Sources) -> float:
-    """q computed by this project from the profile's tokens and the bar."""
-    return float(_computed(src)["q"])
-
-
-@claim("profile.q_published", experiment=CAP, files=["profile.json"], fmt=fmt_pct(1), unit="probability")
-def _q_pub(src: Sources) -> float:
-    """q as published."""
-    return _published(src, "q")
-
-
-@claim("profile.written_tokens", experiment=CAP, files=["profile.json"], fmt=lambda v: f"{float(v) / 1e3:,.0f}",
-       unit="thousand tokens")
-def _written(src: Sources) -> float:
-    """Tokens written in the week (output and new input), in thousands, from the total and the re-read ratio."""
-    c = _computed(src)
-    return float(c["output_tokens"]) + float(c["new_input_tokens"])
-
-
-@claim("profile.window_hours", experiment=CAP, files=["profile.json"], fmt=fmt_int, unit="hours")
-def _window(src: Sources) -> float:
-    """Hours of working window in the profile's week (active days times the daily window)."""
-    return float(_computed(src)["window_hours_in_period"])
+for _name, _key, _fmt, _unit in (("profile.hours_generating_published", "hours_generating", fmt_sig(2), "hours"),
+                                 ("profile.q_published", "q", fmt_pct(1), "probability"),
+                                 ("profile.fraction_of_week_published", "fraction_of_period", fmt_pct(1), "fraction")):
+    claim(_name, experiment=CAP, files=["profile.json"], fmt=_fmt, unit=_unit,
+          description=f"{_key.replace('_', ' ')} as published")(lambda src, _k=_key: _published(src, _k))
 
 
 # -- capacity: seats and pods ----------------------------------------------------------------------------------------
@@ -243,10 +233,18 @@ claim("volume.pod_tokens_per_month", experiment=CAP, files=["volume.csv"],
 claim("volume.hours_per_month", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="hours",
       description="Hours in the month the volume figures use")(
     lambda src: float(_volume("hours_per_month", 1.0)(src)))
-claim("volume.developer_tokens_per_month", experiment=CAP, files=["volume.csv"],
-      fmt=lambda v: f"{float(v) / 1e6:,.2f}", unit="million tokens",
-      description="One developer's written tokens over a month, in millions")(
-    lambda src: float(_volume("developer_output_tokens_per_month", 1.0)(src)))
+for _end_name, _suffix in (("", ""), (" (low end of the inferred split)", "_low"),
+                          (" (high end of the inferred split)", "_high")):
+    claim(f"volume.developer_tokens_per_month{_suffix}", experiment=CAP, files=["volume.csv"],
+          fmt=lambda v: f"{float(v) / 1e6:,.2f}", unit="million tokens",
+          description=f"One developer's output tokens over a month, in millions{_end_name}")(
+        lambda src, _s=_suffix: float(_volume(f"developer_output_tokens_per_month{_s}", 1.0)(src)))
+    for _u, _w in ((1.0, "full"), (0.5, "half")):
+        if _suffix:
+            claim(f"volume.seats_{_w}{_suffix}", experiment=CAP, files=["volume.csv"], fmt=fmt_int,
+                  unit="developers",
+                  description=f"Developers one pod's monthly output covers at {_w} utilization{_end_name}")(
+                lambda src, _s=_suffix, _uu=_u: int(_volume(f"seats_by_volume{_s}", _uu)(src)))
 
 
 # -- capacity: correlation -------------------------------------------------------------------------------------------
@@ -433,3 +431,17 @@ def _sens_rho(src: Sources) -> float:
 def _sens_rho_saving(src: Sources) -> float:
     """Saving of a team of 250 at the quoted intra-team correlation (α = 1%)."""
     return float(_sens("rho", None, "saving_fraction_team_250", float(src.parameters.get("rho_example", 0.05)))(src))
+
+
+# The published figures these claims print (as inputs used, or as published beside the recomputed ones), for the
+# closing table of every published figure.
+for _fig, _claims in {
+    "pod_eur_per_hour": ["cost.pod_eur_per_hour"], "seat_eur_per_month": ["cost.seat_eur_per_month"],
+    "streams_per_pod": ["capacity.streams_per_pod"], "alpha": ["capacity.alpha"], "alpha_also": ["capacity.alpha_also"],
+    "team_sizes": ["teams.small", "teams.medium", "teams.large"], "bar_tok_s_per_stream": ["capacity.bar_tok_s"],
+    "week_hours_generating": ["profile.hours_generating_published", "profile.hours_generating"],
+    "week_fraction_generating": ["profile.fraction_of_week_published", "profile.fraction_of_week"],
+    "week_q": ["profile.q_published", "profile.q_computed", "capacity.q"],
+    "week_window_hours": ["profile.window_hours"], "agents_4_total_tok_s": ["volume.pod_output_tok_s"],
+}.items():
+    CITES.setdefault(_fig, []).extend(_claims)

@@ -81,10 +81,7 @@ def cost_team_size(src: Sources, ax: Any) -> None:
 
 def preview(run_dir: Path | str, experiment: str) -> list[Path]:
     """Draw this section's figures of ``experiment`` from a run in progress into ``run_dir/figures/*.png``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from offload_lab.core import runs
 
@@ -94,7 +91,9 @@ def preview(run_dir: Path | str, experiment: str) -> list[Path]:
     for name, d in SECTION.items():
         if d.experiment != experiment:
             continue
-        fig, ax = plt.subplots(figsize=d.size_in, layout="constrained")
+        # Outside pyplot: no backend is chosen, so a notebook's inline plots keep working after this.
+        fig = Figure(figsize=d.size_in, layout="constrained")
+        ax = fig.subplots()
         try:
             d.draw(Sources(f"figure {name}", run_dir, manifest, d.files), ax)
             target = run_dir / "figures" / f"{name}.png"
@@ -102,5 +101,5 @@ def preview(run_dir: Path | str, experiment: str) -> list[Path]:
             runs.atomic_savefig(fig, target, dpi=150, metadata={"Software": None})
             out.append(target)
         finally:
-            plt.close(fig)
+            fig.clear()
     return out

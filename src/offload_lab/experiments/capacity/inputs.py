@@ -10,12 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from offload_lab.seats import capacity
 from offload_lab.experiments.published import runner as published
 from offload_lab.core.errors import InputError
 from offload_lab.seats.profile import ProfileTiming, UsageProfile, profile_timing
 
 QSource = Literal["published", "profile"]
+
+
+class StudyParams(BaseModel):
+    """What the capacity and cost experiments both read: which run, which profile, which q."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
+    profile: str = Field("published-week", description="usage profile (its name) in that run")
+    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
 
 
 @dataclass
@@ -64,7 +76,11 @@ def gather(pub: published.Published, profile_name: str, q_source: QSource = "pub
     profile = pub.profile(profile_name)
     bar = num("bar_tok_s_per_stream")
     prefill = num("prefill_prompt_tokens") / num("prefill_ttft_s")
-    prov["prefill_tok_s"] = {"formula": "prefill_prompt_tokens / prefill_ttft_s"}
+    # The summary's hours time new input "at the measured prefill rate" without saying which; this is its longest
+    # fresh prefill (E4/E5), the rate the split of the week is inferred at (docs/seats-and-cost.md says why).
+    prov["prefill_tok_s"] = {"formula": "prefill_prompt_tokens / prefill_ttft_s",
+                             "why": "the longest fresh prefill the study measured; the split of the week is inferred "
+                                    "at this rate"}
     timing = profile_timing(profile, stream_tok_s=bar, prefill_tok_s=prefill)
     prov["timing"] = {"profile": pub.source_ref(f"profile-{profile.name}.json"),
                       "stream_tok_s": "bar_tok_s_per_stream", "prefill_tok_s": "prefill_tok_s"}
@@ -76,7 +92,8 @@ def gather(pub: published.Published, profile_name: str, q_source: QSource = "pub
                      "section": profile.provenance.section}
     elif q_source == "profile":
         q = timing.q
-        prov["q"] = {"formula": "hours generating / window hours, from the profile's tokens at the bar rate"}
+        prov["q"] = {"formula": "hours generating / window hours, from the profile's tokens at the bar rate",
+                     "split": timing.split, "range": list(timing.q_range)}
     else:
         raise InputError(f"q_source must be 'published' or 'profile', not {q_source!r}")
 

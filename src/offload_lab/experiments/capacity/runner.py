@@ -24,25 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from offload_lab.seats import capacity
-from offload_lab.seats import cost
+from offload_lab.seats import capacity, cost
 from offload_lab.experiments.published import runner as published
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
 from offload_lab.seats.simulation import SimulationConfig, simulate
-from offload_lab.experiments.capacity.inputs import QSource, StudyInputs, gather
+from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather
 
 EXPERIMENT = "capacity"
 
 
-class CapacityParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
-    profile: str = Field("published-week", description="usage profile (its name) in that run")
-    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
+class CapacityParams(StudyParams):
     max_team: int = Field(10_000, ge=1, description="pods are computed for every team size up to this")
     utilizations: list[float] = Field([1.0, 0.5], min_length=1, description="pod utilizations for seats by volume")
     rhos: list[float] = Field([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3], min_length=1,
@@ -107,19 +101,26 @@ def pods_curve(inp: StudyInputs, max_team: int, rhos: list[float]) -> pd.DataFra
 
 
 def volume_table(inp: StudyInputs, seats: pd.DataFrame, utilizations: list[float]) -> pd.DataFrame:
-    dev_per_hour = capacity.output_tokens_per_hour_of_period(inp.profile)
+    """Seats by volume from the profile's output tokens; an inferred split carries its range into every column."""
+    t = inp.timing
     by_concurrency = int(seats.loc[seats["alpha"] == inp.alpha, "seats"].iloc[0])
+    per_hour = {k: capacity.output_tokens_per_hour_of_period(inp.profile, o)
+                for k, o in (("", t.output_tokens), ("_low", t.output_tokens_range[0]),
+                             ("_high", t.output_tokens_range[1]))}
     rows = []
     for u in utilizations:
-        v = capacity.seats_by_volume(inp.pod_output_tok_s, dev_per_hour, u)
-        rows.append({
-            "utilization": u, "pod_output_tok_s": inp.pod_output_tok_s,
+        row: dict[str, Any] = {
+            "utilization": u, "pod_output_tok_s": inp.pod_output_tok_s, "split": t.split,
             "hours_per_month": cost.HOURS_PER_MONTH,
             "pod_output_tokens_per_month": inp.pod_output_tok_s * 3600 * cost.HOURS_PER_MONTH * u,
-            "developer_output_tokens_per_month": dev_per_hour * cost.HOURS_PER_MONTH,
-            "seats_by_volume": v, "seats_by_concurrency": by_concurrency, "alpha": inp.alpha,
-            "volume_over_concurrency": v / by_concurrency,
-        })
+            "seats_by_concurrency": by_concurrency, "alpha": inp.alpha,
+        }
+        for k, dev_per_hour in per_hour.items():
+            v = capacity.seats_by_volume(inp.pod_output_tok_s, dev_per_hour, u)
+            row[f"developer_output_tokens_per_month{k}"] = dev_per_hour * cost.HOURS_PER_MONTH
+            row[f"seats_by_volume{k}"] = v
+            row[f"volume_over_concurrency{k}"] = v / by_concurrency
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -19,12 +19,11 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from offload_lab.load import closed_loop
-from offload_lab.load import client as load
-from offload_lab.core import runs
-from offload_lab.core import stats
-from offload_lab.load import workloads
+from offload_lab.core import paths, runs, stats
 from offload_lab.core.errors import ProducerError, ServerError
+from offload_lab.load import client as load
+from offload_lab.load import closed_loop, health, workers, workloads
+from offload_lab.load.endpoint import Endpoint
 
 EVENTS = "events.jsonl"
 LEVELS = "levels.csv"
@@ -45,6 +44,8 @@ class SweepParams(BaseModel):
     margin: float = Field(0.10, ge=0, lt=1, description="provisioning margin over the bar")
     stop_rule: closed_loop.StopRule = Field(default_factory=closed_loop.StopRule)
     scrape_interval_s: float = Field(1.0, gt=0, description="seconds between /metrics scrapes")
+    workers: int | None = Field(None, ge=1, description="client worker processes (None: one per 32 streams)")
+    defer_parse: bool = Field(True, description="parse streams at the level's end, not as each ends")
 
     @field_validator("streams")
     @classmethod
@@ -58,14 +59,18 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
               progress: Any = print, subdir: str | None = None) -> dict[str, Any]:
     """Run every level into ``events.jsonl``; write ``levels.csv`` and ``sweep.json`` (under ``subdir`` of the run
     when given: one per regime). Raises :class:`SweepStopped` (after writing) when the stop rule ended it."""
-    load.check_reachable(base_url)
-    model = model or load.first_model(base_url)
+    endpoint = Endpoint.of(base_url)
+    endpoint.check_reachable()
+    model = model or endpoint.first_model()
     run.update(server_model=model)
     stop = closed_loop.StopState(params.stop_rule)
     where = f"{subdir}/" if subdir else ""
     if subdir:
         run.file(subdir).mkdir(parents=True, exist_ok=True)
+    cal = _calibration(inline=not params.defer_parse)
     with run.events(where + EVENTS) as log:
+        if cal is not None:
+            log.append({"kind": "calibration", **cal.model_dump()})
         for n in params.streams:
             try:
                 work = workloads.prepare(params.workload, base_url, model, n, params.requests_per_stream,
@@ -77,7 +82,9 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
                 break
             for p in work.primed:
                 log.append({"kind": "prime", "level": n, **p})
-            result = load.run_sync(closed_loop.run_level(base_url, work, stop, log, params.scrape_interval_s))
+            k = params.workers or workers.default_workers(n)
+            result = load.run_sync(closed_loop.run_level(endpoint, work, stop, log, params.scrape_interval_s,
+                                                         workers=k, defer=params.defer_parse))
             log.append(level_event(result))
             if progress:
                 progress(f"{params.workload.regime}: {n} stream(s) done in {result.seconds:.1f} s")
@@ -99,7 +106,8 @@ def level_event(result: closed_loop.LevelResult) -> dict[str, Any]:
     return {
         "kind": "level", "level": result.streams, "window_ns": list(result.window_ns) if result.window_ns else None,
         "achieved_concurrency": closed_loop.achieved_concurrency(result.inflight, result.window_ns),
-        "stopped": result.stopped, "seconds": result.seconds, **result.lag,
+        "stopped": result.stopped, "stop_replayed": result.stop_replayed, "seconds": result.seconds, **result.lag,
+        "workers": result.workers,
         **{f"server_{k}" if not k.startswith("server_") else k: v for k, v in result.server.items()},
     }
 
@@ -107,6 +115,8 @@ def level_event(result: closed_loop.LevelResult) -> dict[str, Any]:
 def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataFrame:
     """One row per level, recomputed from the raw events."""
     rows = []
+    cal = next((health.Calibration(source=e["source"], points=e["points"]) for e in events
+                if e.get("kind") == "calibration"), None)
     for lv in (e for e in events if e.get("kind") == "level"):
         n = lv["level"]
         reqs = [e for e in events if e.get("kind") == "request" and e.get("level") == n]
@@ -120,6 +130,8 @@ def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataF
         itl = stats.summarize([x for e in good for x in _itl_ms(e)])
         verdicts = [e.get("cache_ok") for e in inside if e.get("cache_ok") is not None]
         tpot_median = tpot["median"]
+        verdict = health.verdict(cal, streams=n, workers=lv.get("workers") or [{"lag_ms_p99": lv.get("lag_ms_p99")}],
+                                 tpot_ms=tpot_median, ttft_ms=_scale(ttft["median"], 1e3))
         rows.append({
             "streams": n, "requests": len(reqs), "in_window": len(inside), "ok_in_window": len(good),
             "errors": sum(1 for e in reqs if not e.get("ok")),
@@ -132,8 +144,15 @@ def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataF
             "cache_checked": len(verdicts), "cache_misses": sum(1 for v in verdicts if v is False),
             "bursts": sum(1 for e in inside if e.get("burst")),
             "lag_ms_p99": lv.get("lag_ms_p99"),
-            "client_lag_flag": bool(tpot_median and lv.get("lag_ms_p99") is not None
-                                    and lv["lag_ms_p99"] > closed_loop.LAG_FLAG_FRACTION * tpot_median),
+            "workers": len(lv.get("workers") or []) or 1,
+            "worker_cpu_max": max((w.get("cpu_util") or 0.0 for w in lv.get("workers") or []), default=None),
+            # The client-health verdict (load.health): `flag` only when the client's calibrated error could move
+            # the level's tok/s, TPOT or TTFT past the tolerance; `client_lag_flag` is that flag (the old lag rule
+            # is gone: it cried wolf).
+            "client_health": verdict["verdict"],
+            "client_health_reasons": "; ".join(verdict.get("reasons") or []),
+            "client_rate_error_bound": verdict.get("client_rate_error_bound"),
+            "client_lag_flag": verdict["verdict"] == "flag",
             "kv_cache_usage_max": lv.get("server_kv_cache_usage_max"),
             "prefix_cache_hit_rate": lv.get("server_prefix_cache_hit_rate"),
             "requests_waiting_max": lv.get("server_requests_waiting_max"),
@@ -147,6 +166,14 @@ def summarize(events: list[dict[str, Any]], bar_tok_s: float = 40.0) -> pd.DataF
             "server_itl_mean_ms": _scale(lv.get("server_itl_mean_s"), 1e3),
         })
     return pd.DataFrame(rows)
+
+
+def _calibration(inline: bool = False) -> health.Calibration | None:
+    """The client's calibration from the newest clock check in the repository's data (None outside a checkout)."""
+    try:
+        return health.find_calibration(paths.data_root(), inline)
+    except (OSError, ValueError):
+        return None
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -107,37 +107,10 @@ def _ratio(column: str) -> Callable[[Sources], float]:
     return f
 
 
-claim(
-    "context.tpot_ratio",
-    experiment="context",
-    files=[SUMMARY],
-    fmt=fmt_ratio,
-    unit="ratio",
-    description="Median TPOT at the longest context over that at the shortest",
-)(_ratio("tpot_median_ms"))
-claim(
-    "context.ttft_ratio",
-    experiment="context",
-    files=[SUMMARY],
-    fmt=fmt_ratio,
-    unit="ratio",
-    description="Median TTFT at the longest context over that at the shortest",
-)(_ratio("ttft_median_s"))
-claim(
-    "context.tpot_trend",
-    experiment="context",
-    files=[SUMMARY],
-    fmt="{}",
-    unit="",
-    description="Direction of median TPOT from the shortest to the longest context",
-)(lambda src: trend_word(_ratio("tpot_median_ms")(src)))
-claim(
-    "context.ttft_trend",
-    experiment="context",
-    files=[SUMMARY],
-    fmt="{}",
-    unit="",
-    description="Direction of median TTFT from the shortest to the longest context",
-)(lambda src: trend_word(_ratio("ttft_median_s")(src)))
-
-
+for _col, _short in (("tpot_median_ms", "TPOT"), ("ttft_median_s", "TTFT")):
+    _name = _short.lower()
+    claim(f"context.{_name}_ratio", experiment="context", files=[SUMMARY], fmt=fmt_ratio, unit="ratio",
+          description=f"Median {_short} at the longest context over that at the shortest")(_ratio(_col))
+    claim(f"context.{_name}_trend", experiment="context", files=[SUMMARY], fmt="{}", unit="",
+          description=f"Direction of median {_short} from the shortest to the longest context",
+          )(lambda src, _c=_col: trend_word(_ratio(_c)(src)))

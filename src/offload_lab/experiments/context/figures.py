@@ -30,25 +30,25 @@ def _band(ax: Any, x: Any, median: Any, lo: Any, hi: Any, color: str, label: str
     ax.legend(frameon=False, loc="upper left")
 
 
+def _median_band(src: Sources, ax: Any, metric: str, unit: str, color: str, label: str) -> None:
+    s = context_summary(src)
+    x = s["context_tokens"]
+    _band(ax, x, s[f"{metric}_median_{unit}"], s[f"{metric}_p5_{unit}"], s[f"{metric}_p95_{unit}"], color,
+          f"median {label}")
+    _context_axis(ax, x)
+    ax.set_ylabel(f"{label} ({unit})")
+
+
 @figure("context_tpot", experiment="context", files=[SUMMARY])
 def context_tpot(src: Sources, ax: Any) -> None:
     """Median decode time per output token against prompt length, with the p5–p95 band."""
-    s = context_summary(src)
-    x = s["context_tokens"]
-    _band(ax, x, s["tpot_median_ms"], s["tpot_p5_ms"], s["tpot_p95_ms"], "#1f5f9e", "median TPOT")
-    _context_axis(ax, x)
-    ax.set_ylabel("TPOT (ms)")
+    _median_band(src, ax, "tpot", "ms", "#1f5f9e", "TPOT")
 
 
 @figure("context_ttft", experiment="context", files=[SUMMARY])
 def context_ttft(src: Sources, ax: Any) -> None:
     """Median time to first token against prompt length, with the p5–p95 band."""
-    s = context_summary(src)
-    x = s["context_tokens"]
-    _band(ax, x, s["ttft_median_s"], s["ttft_p5_s"], s["ttft_p95_s"], "#b0461b", "median TTFT")
-    _context_axis(ax, x)
-    ax.set_ylabel("TTFT (s)")
-
+    _median_band(src, ax, "ttft", "s", "#b0461b", "TTFT")
 
 
 @figure("prefill_cold_cached", experiment="context",

@@ -18,24 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from offload_lab.seats import capacity
-from offload_lab.seats import cost
+from offload_lab.seats import capacity, cost
 from offload_lab.experiments.published import runner as published
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
-from offload_lab.experiments.capacity.inputs import QSource, StudyInputs, gather
+from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather
 
 EXPERIMENT = "cost"
 
 
-class CostParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
-    profile: str = Field("published-week", description="usage profile (its name) in that run")
-    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
+class CostParams(StudyParams):
     hours_per_month: float | None = Field(None, gt=0, le=744,
                                           description="hours a pod is billed a month (None: 24 × 365 / 12)")
     max_team_plot: int = Field(300, ge=1, description="teams 1..this in teams.csv")

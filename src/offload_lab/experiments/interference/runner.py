@@ -24,15 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from offload_lab.load import client as load
-from offload_lab.load import prompts
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.load import client as load
+from offload_lab.load import prompts
+from offload_lab.load.endpoint import Endpoint
 
 EXPERIMENT = "interference"
 EVENTS = "events.jsonl"
@@ -57,10 +57,12 @@ class InterferenceParams(BaseModel):
         return v
 
 
-def run_experiment(run: runs.Run, base_url: str, params: InterferenceParams, model: str | None = None) -> pd.DataFrame:
-    model = model or load.first_model(base_url)
-    with httpx.Client(timeout=120.0) as http:
-        tok = prompts.Tokenizer(base_url, model, http)
+def run_experiment(run: runs.Run, base_url: str | Endpoint, params: InterferenceParams,
+                   model: str | None = None) -> pd.DataFrame:
+    endpoint = Endpoint.of(base_url)
+    model = model or endpoint.first_model()
+    with endpoint.sync_client() as http:
+        tok = prompts.Tokenizer(endpoint.base_url, model, http)
         limit = tok.max_model_len()
         too_long = [p for p in params.prefill_tokens if limit and p + 1 > limit]
         if too_long or (limit and params.probe_prompt_tokens + params.probe_output_tokens > limit):
@@ -78,7 +80,7 @@ def run_experiment(run: runs.Run, base_url: str, params: InterferenceParams, mod
             for p in params.prefill_tokens:
                 texts = probe_texts[k:k + per_level]
                 k += per_level
-                level = load.run_sync(_level(base_url, model, p, base.get(p), texts, params, rep, run.run_id))
+                level = load.run_sync(_level(endpoint, model, p, base.get(p), texts, params, rep, run.run_id))
                 for event in level:
                     log.append(event)
     summary = summarize(runs.read_events(run.file(EVENTS)))
@@ -102,24 +104,24 @@ def salted(ids: list[int], salt: str) -> list[int]:
     return ids[:1] + head + ids[1 + len(head):]
 
 
-async def _level(base_url: str, model: str, prefill: int, bg_ids: list[int] | None, probe_texts: list[str],
+async def _level(endpoint: Endpoint, model: str, prefill: int, bg_ids: list[int] | None, probe_texts: list[str],
                  params: InterferenceParams, rep: int, run_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     stop = asyncio.Event()
     bg_span: dict[str, int] = {}
-    async with load.new_async_client(params.background_streams + 1) as client:
+    async with endpoint.async_session(params.background_streams + 1) as client:
         async def background(stream: int) -> None:
             i = 0
             while not stop.is_set():
                 prompt = salted(list(bg_ids or []), f"{run_id}/{rep}/{prefill}/{stream}/{i}")
                 payload = load.completion_payload(model, prompt, 1)
-                rec = await load.stream_request(client, base_url, "/v1/completions", payload)
+                rec = await load.stream_request(client, endpoint, "/v1/completions", payload)
                 events.append(rec.event(kind="background", prefill_tokens=prefill, stream=stream, **{"pass": rep}))
                 i += 1
 
         async def probe(text: str) -> load.RequestRecord:
             payload = load.completion_payload(model, text, params.probe_output_tokens)
-            return await load.stream_request(client, base_url, "/v1/completions", payload,
+            return await load.stream_request(client, endpoint, "/v1/completions", payload,
                                              expected_tokens=params.probe_output_tokens)
 
         tasks = []

@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 
+from offload_lab.experiments.published.refclaims import CITES, declare_published, fmt_published
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_pct,
@@ -56,6 +57,7 @@ for _key, _what, _fmt in (
 ):
     claim(f"published.{_key}", experiment=PUB, files=["figures.json"], fmt=_fmt, unit="", description=_what)(
         lambda src, _k=_key: published_figure(src, _k))
+    CITES.setdefault(_key, []).append(f"published.{_key}")
 
 
 @claim("published.prefill_tok_s", experiment=PUB, files=["figures.json"], fmt=fmt_int, unit="tokens/s")
@@ -136,3 +138,72 @@ def _pub_total_vs(src: Sources) -> str:
     return "exceeds" if product > total else "falls short of"
 
 
+
+
+# Every published figure the sections print as it is: pub.<key> (table-driven; refclaims.declare_published).
+# ====================================================================================================================
+from offload_lab.paper.formats import fmt_list_words, words  # noqa: E402
+
+_G = "{:g}"
+_1 = "{:,.1f}"
+_WORDS = lambda v: fmt_list_words(str(x) for x in v)  # noqa: E731
+declare_published(SECTION, (
+    ("model_name", "{}"), ("pod_gpus", fmt_int), ("gpu_name", "{}"), ("gpu_memory_gb", fmt_int),
+    ("host_share_words", "{}"), ("params_total_b", _1), ("params_community_b", _1), ("params_active_b", _G),
+    ("moe_layers", fmt_int), ("experts_per_layer", fmt_int), ("routed_experts", fmt_int), ("experts_active", fmt_int),
+    ("bf16_gb", _1), ("official_checkpoint_gib", _1), ("exl3_pack_gib", _1), ("exl3_expert_bits", fmt_int),
+    ("engram_tables", fmt_int), ("engram_params_b", _1), ("engram_gib_1byte", fmt_int),
+    ("per_gpu_all_on_gpu_gib", _1), ("tp", fmt_int), ("usable_gib", _1), ("gen30_host_experts", fmt_int),
+    ("gen30_host_tensors", _WORDS), ("gen30_engram_bits", fmt_int), ("per_gpu_gen30_gib", _1),
+    ("uva_kv_block_fail", fmt_int), ("uva_kv_block_dies", fmt_int),
+    ("tpot_4k_ms", _G), ("tpot_256k_ms", _G), ("ttft_128k_s", "{:.2f}"), ("tpot_4k_prompt_k", fmt_int),
+    ("tpot_256k_prompt_k", fmt_int), ("ttft_128k_prompt_k", fmt_int), ("shared_256k_users", fmt_int),
+    ("shared_256k_ttft_p95_s", "{:.2f}"), ("shared_256k_tpot_ms", _G), ("bar_ms_per_token", fmt_int),
+    ("regimes", fmt_int), ("regime_context_k", _WORDS), ("bar_kept_streams", fmt_int),
+    ("bar_lost_between", lambda v: f"{int(v[0])} and {int(v[1])}"), ("private_256k_max_streams", fmt_int),
+    ("private_128k_streams", fmt_int), ("private_128k_kv_max", fmt_pct(0)), ("vllm_full_length_requests", "{:.2f}"),
+    ("more_host_experts_effect", "{}"), ("topology_tpot_ratio", lambda v: f"{v[0]:.2f} to {v[1]:.2f}"),
+    ("topology_pod1", "{}"), ("topology_pod2", "{}"), ("quality_flip_ifeval", fmt_pct(1)),
+    ("quality_flip_humaneval", fmt_pct(1)), ("humaneval_invalid_api_score", _G),
+    ("humaneval_invalid_local_score", "{:.3f}"), ("quality_thinking", "{}"),
+    ("week_tokens_m", _1), ("week_sessions", fmt_int), ("week_active_days", fmt_int), ("reread_per_output_token", fmt_int),
+    ("week_hours_generating", _G), ("week_fraction_generating", fmt_pct(1)), ("week_decode_tok_s", fmt_int),
+    ("week_window_hours", fmt_int), ("week_q", fmt_pct(1)),
+    ("session_minutes", lambda v: fmt_list_words(f"{int(x)}" for x in v)), ("pod_cost_usd", _G),
+    ("api_cost_usd", "{:.2f}"), ("stop_rule_error_rate", fmt_pct(0)), ("stop_rule_requests", fmt_int),
+    ("stop_rule_errors", fmt_int), ("stop_rule_later_min_errors", fmt_int), ("e9_gpus", fmt_int),
+    ("e9_usd_per_hour", "{:.2f}"), ("slowdown_causes", _WORDS), ("limit_quality_subsets", fmt_int),
+))
+
+
+@claim("pub.boots.table", experiment=PUB, files=["boots.csv"], kind="table")
+def _pub_boots(src: Sources) -> dict[str, Any]:
+    """The published boots, each with offload-lab's name for its outcome."""
+    t = src.csv("boots.csv")
+    return table_value(["Boot", "Published outcome", "Outcome"],
+                       [[r["boot"], r["outcome_words"], str(r["outcome"]).replace("_", " ")] for _, r in t.iterrows()],
+                       "lll")
+
+
+@claim("pub.home_rigs.table", experiment=PUB, files=["home_rigs.csv"], kind="table")
+def _pub_rigs(src: Sources) -> dict[str, Any]:
+    """The community page's home rigs and their measured decode speeds."""
+    t = src.csv("home_rigs.csv")
+    return table_value(["Build", "Engine", "tok/s"], [[r["build"], r["engine"], f"{r['tok_s']:g}"]
+                                                       for _, r in t.iterrows()], "llr")
+
+
+@claim("pub.all_figures", experiment=PUB, files=["figures.json"], kind="table")
+def _pub_all(src: Sources) -> dict[str, Any]:
+    """Every published figure of the transcription, its section, the value as printed and the claims that print it."""
+    rows = []
+    for f in src.json("figures.json"):
+        shown = f.get("as_published") or fmt_published(f["value"])
+        if f.get("qualifier") in ("about", "at_most"):
+            shown = f"{f['qualifier'].replace('_', ' ')} {shown}"
+        if len(shown) > 48:  # a list in words: the summary holds it in full; the table keeps its rows short
+            shown = shown[:46].rstrip(" ,") + "…"
+        unit = f["unit"] if len(f["unit"] or "") <= 24 else ""
+        cited = ", ".join(sorted(CITES.get(f["key"], []))) or "this table only"
+        rows.append([words(f["key"]), f["section"].split(" (")[0], f"{shown} {unit}".strip(), cited])
+    return table_value(["Figure", "Section", "Published", "Printed by"], rows, "llll")

@@ -1,12 +1,15 @@
 """The published study's figures as data: transcribed once, stored as a run, read back by the analyses.
 
-``configs/published/study.yaml`` holds each figure the seat and cost analysis needs, with its unit, its section of
-the published summary and the published words it comes from; usage profiles (``configs/profiles/*.yaml``) hold E11.
+``configs/published/study.yaml`` holds every figure of the published summary, with its unit, its section and the
+published words it comes from; usage profiles (``configs/profiles/*.yaml``) hold E11 as the seat analysis reads it.
+A figure may carry the number as printed (``as_published``, which gives its rounding), a qualifier (``about``,
+``at_most``, ``range``), or ``status: not_published`` with no value: the summary says the figure exists and is not
+given, and nothing downstream may stand in for it.
 Experiment ``published`` (:func:`transcribe`) copies them into a run directory: ``figures.json``, one CSV per table
 and ``profile-<name>.json`` per profile, with ``provenance.json`` and the manifest's ``provenance`` saying they were
 transcribed from the published summary, naming the source, its sha256 and every file's sections. Nothing is derived
-here: seats, pods and money are computed later, by :mod:`offload_lab.experiments.capacity.runner` and
-:mod:`offload_lab.experiments.cost.runner`, from these files.
+here: seats, pods, money and every other derived figure are computed later, by the ``capacity``, ``cost`` and
+``ref_*`` experiments, from these files.
 
 When the summary is on this machine its sha256 must still be the one the transcription was checked against; a
 changed summary stops the run, since the figures may no longer match it.
@@ -17,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import yaml
@@ -33,14 +36,29 @@ PROVENANCE = "provenance.json"
 PROVENANCE_KIND = "transcribed from the published summary"
 
 
+Scalar = float | int | str
+
+
 class Figure(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    value: float | int | str | list[float | int]
+    value: Scalar | list[Scalar] | None
     unit: str
     section: str
     published: str = Field(min_length=1, description="the published words the value comes from")
+    as_published: str | None = Field(None, description="the number as printed, e.g. '7.1%': gives its rounding")
+    qualifier: Literal["exact", "about", "at_most", "range", "approximate-words"] = "exact"
+    status: Literal["published", "not_published"] = "published"
+
+    @model_validator(mode="after")
+    def _value_matches_status(self) -> "Figure":
+        # A figure the summary says is not published must not carry a value: nothing may stand in for it.
+        if (self.value is None) != (self.status == "not_published"):
+            raise ValueError(f"figure {self.key}: a value is given exactly when status is 'published'")
+        if self.as_published is not None and self.as_published not in self.published:
+            raise ValueError(f"figure {self.key}: as_published {self.as_published!r} is not in its published words")
+        return self
 
 
 class Table(BaseModel):
@@ -49,13 +67,18 @@ class Table(BaseModel):
     section: str
     published: str
     columns: list[str] = Field(min_length=1)
-    rows: list[list[float | int]] = Field(min_length=1)
+    rows: list[list[Scalar | None]] = Field(min_length=1)
+    # Columns that hold offload-lab's reading of a published cell (e.g. a boot outcome's name), not published words.
+    labels: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rectangular(self) -> "Table":
         bad = [i for i, r in enumerate(self.rows) if len(r) != len(self.columns)]
         if bad:
             raise ValueError(f"rows {bad} do not have one value per column {self.columns}")
+        unknown = sorted(set(self.labels) - set(self.columns))
+        if unknown:
+            raise ValueError(f"labels {unknown} are not columns {self.columns}")
         return self
 
 
@@ -174,6 +197,9 @@ class Published:
 
     def number(self, key: str) -> float:
         v = self.value(key)
+        if v is None:
+            raise InputError(f"published figure {key!r} is not published (the summary says so): nothing can stand "
+                             "in for it")
         if isinstance(v, (list, str)):
             raise InputError(f"published figure {key!r} is {v!r}, not a number")
         return float(v)

@@ -23,6 +23,8 @@ BENCHMARKS = ("gsm8k", "ifeval", "humaneval")
 LABELS = {"gsm8k": "GSM8K", "ifeval": "IFEval", "humaneval": "HumanEval"}
 CSV = "comparison.csv"
 JSON = "comparison.json"
+AGREEMENT = "agreement.csv"
+AGREEMENT_ITEMS = "agreement_items.csv"
 
 
 def fmt_signed(value: Any) -> str:
@@ -43,11 +45,22 @@ def fmt_p(value: Any) -> str:
     return "1" if v >= 0.9995 else (f"{v:.3f}" if v >= 0.001 else "<0.001")
 
 
-def _row(src: Sources, benchmark: str) -> Any:
-    frame = src.csv(CSV)
+NO_DIVERGENCE = "none"
+
+
+def fmt_tokens(value: Any) -> str:
+    # A median of token positions is a whole number or a half; "none" when no answer differs.
+    if value == NO_DIVERGENCE:
+        return NO_DIVERGENCE
+    v = float(value)
+    return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
+
+
+def _row(src: Sources, benchmark: str, name: str = CSV) -> Any:
+    frame = src.csv(name)
     rows = frame[frame["benchmark"] == benchmark]
     if rows.empty:
-        raise ValueError(f"{CSV} has no row for {benchmark}: the run did not compare it")
+        raise ValueError(f"{name} has no row for {benchmark}: the run did not compare it")
     return rows.iloc[0]
 
 
@@ -76,8 +89,30 @@ _COLUMNS: tuple[tuple[str, str, Callable[[Any], str], str, str], ...] = (
 )
 
 
-def _column_claim(benchmark: str, column: str) -> Callable[[Sources], Any]:
-    return lambda src: _row(src, benchmark)[column]
+# Greedy answers token for token (agreement.csv, offload_lab.quality.agreement).
+_AGREEMENT: tuple[tuple[str, str, Callable[[Any], str], str, str], ...] = (
+    ("agree_n", "n", fmt_int, "items", "Items both sides answered, compared token for token"),
+    ("agree_share", "agree_share", fmt_pct, "", "Share of items whose greedy answers agree token for token"),
+    ("diverged", "diverged", fmt_int, "items", "Items whose answers differ"),
+    ("first_divergence_median", "first_divergence_median", fmt_tokens, "",
+     "Median position of the first token at which the answers differ (0: the first generated token)"),
+    ("self_agree.reference", "self_agree_reference", fmt_pct, "",
+     "Share of items the reference answers identically twice (replicate 0 vs 1)"),
+    ("self_agree.local", "self_agree_local", fmt_pct, "",
+     "Share of items the local side answers identically twice (replicate 0 vs 1)"),
+)
+
+
+def _column_claim(benchmark: str, column: str, name: str = CSV) -> Callable[[Sources], Any]:
+    def f(src: Sources) -> Any:
+        value = _row(src, benchmark, name)[column]
+        if value != value and column.startswith("first_divergence"):
+            return NO_DIVERGENCE  # every answer agrees: there is no first differing token
+        if value != value:  # NaN: nothing to report (a side with no second replicate)
+            raise ValueError(f"{name}: {benchmark} has no {column}")
+        return value
+
+    return f
 
 
 def _noise(benchmark: str, side: str) -> Callable[[Sources], Any]:
@@ -102,6 +137,9 @@ for _b in BENCHMARKS:
     for _name, _col, _fmt, _unit, _what in _COLUMNS:
         claim(f"quality.{_b}.{_name}", experiment=EXPERIMENT, files=[CSV], fmt=_fmt, unit=_unit,
               description=f"{LABELS[_b]}: {_what}")(_column_claim(_b, _col))
+    for _name, _col, _fmt, _unit, _what in _AGREEMENT:
+        claim(f"quality.{_b}.{_name}", experiment=EXPERIMENT, files=[AGREEMENT], fmt=_fmt, unit=_unit,
+              description=f"{LABELS[_b]}: {_what}")(_column_claim(_b, _col, AGREEMENT))
     for _side in ("reference", "local"):
         claim(f"quality.{_b}.noise_flip.{_side}", experiment=EXPERIMENT, files=[JSON], fmt=fmt_pct,
               description=f"{LABELS[_b]}: flip fraction of the {_side} side against itself (replicate 0 vs 1)",

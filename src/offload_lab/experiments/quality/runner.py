@@ -9,10 +9,17 @@ A run directory holds one directory per side, ``sides/<label>/``:
 - ``scores.csv``, ``ifeval_instructions.csv``, ``summary.csv``, ``scoring.json``: derived from ``items.jsonl``.
 
 A comparison run (experiment ``quality``) also holds ``comparison.json`` (everything), ``comparison.csv`` (one row
-per benchmark), ``paired_items.csv`` (every paired item, flips marked) and ``quality.json`` (both endpoints'
-settings and whether the run is valid). ``offload-lab quality run`` writes a
-single side into a run of experiment ``quality-side``; ``offload-lab quality compare`` copies two sides into a new
-``quality`` run and compares them.
+per benchmark), ``paired_items.csv`` (every paired item, flips marked), ``agreement.csv`` and
+``agreement_items.csv`` (greedy answers token for token: :mod:`offload_lab.quality.agreement`) and ``quality.json``
+(both endpoints' settings and whether the run is valid). ``offload-lab quality run`` writes a single side into a run of
+experiment ``quality-side``; ``offload-lab quality compare`` copies two sides into a new ``quality`` run and compares
+them.
+
+The campaign runs one server at a time, so two local servers (the embedded campaign's bfloat16 and float32 stacks) are
+compared in three runs of the same notebook: ``side: local`` on one server and ``side: reference`` on the other (each
+a run holding one side, measured on the campaign's current server), then ``compare_runs`` with no server, which copies
+the latest ``ok`` run of each named experiment into a comparison run. A vendor API is still compared in one run
+(``reference`` with its url), both sides at once.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.quality import agreement as agree
 from offload_lab.quality import benchmarks as bench, canaries, compare as cmp, data, endpoints, humaneval, ifeval, paired
 from offload_lab.quality import runner, scoring, subsets
 
@@ -36,7 +44,11 @@ COMPARISON_JSON = "comparison.json"
 COMPARISON_CSV = "comparison.csv"
 PAIRED_ITEMS = "paired_items.csv"
 QUALITY_JSON = "quality.json"
+AGREEMENT_CSV = "agreement.csv"
+AGREEMENT_ITEMS = "agreement_items.csv"
 ROLES = ("reference", "local")
+# A side's progress line every this share of its items (the campaign's display reads "side X: N/M items").
+PROGRESS_STEP = 0.05
 
 
 class QualityParams(BaseModel):
@@ -58,6 +70,12 @@ class QualityParams(BaseModel):
     exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0)
     on_canary_failure: Literal["stop", "continue"] = Field(
         "stop", description="stop: skip the items of an invalid side; continue: send them, keep them unscored")
+    side: Literal["both", "reference", "local"] = Field(
+        "both", description="reference or local: answer only that side, on the campaign's server (base_url), into "
+                            "this run; both: the two sides and their comparison")
+    compare_runs: dict[str, str] | None = Field(
+        None, description="{reference: EXPERIMENT, local: EXPERIMENT}: no server; compare the latest ok side runs "
+                          "of those experiments of this campaign")
 
     @field_validator("benchmarks")
     @classmethod
@@ -66,6 +84,19 @@ class QualityParams(BaseModel):
         if unknown or not v:
             raise ValueError(f"benchmarks must be among {list(data.BENCHMARKS)}, got {v}")
         return list(dict.fromkeys(v))
+
+    @field_validator("compare_runs")
+    @classmethod
+    def _roles(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is not None and set(v) != set(ROLES):
+            raise ValueError(f"compare_runs names the experiment of each role, {list(ROLES)}; got {sorted(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> "QualityParams":
+        if self.compare_runs is not None and self.side != "both":
+            raise ValueError("compare_runs compares two side runs; it cannot answer a side itself (leave out side)")
+        return self
 
 
 @dataclass
@@ -82,8 +113,11 @@ def side_dir(run_path: Path, label: str) -> Path:
 
 
 def run_side(run_path: Path, spec: endpoints.EndpointSpec, params: QualityParams,
-             log: Callable[[str], None] = print) -> SideResult:
-    """Canaries, then every item of every benchmark ``replicates`` times, then scoring; all into the side's dir."""
+             log: Callable[[str], None] = print, server: dict[str, Any] | None = None) -> SideResult:
+    """Canaries, then every item of every benchmark ``replicates`` times, then scoring; all into the side's dir.
+
+    ``server`` (the run manifest's server record: boot run, stack, variant) goes into ``side.json``, so that two
+    servers behind the same URL, one after the other, are told apart."""
     out = side_dir(run_path, spec.label)
     out.mkdir(parents=True, exist_ok=False)
     model = runner.resolve_model(spec)
@@ -96,7 +130,7 @@ def run_side(run_path: Path, spec: endpoints.EndpointSpec, params: QualityParams
         "subsets": {b: {"n_subset": subsets.load(b).n, "seed": subsets.load(b).seed, "items_used": len(v),
                         "ids": [it.item_id for it in v]} for b, v in items.items()},
         "data": {b: data.provenance(b) for b in params.benchmarks}, "protocol": bench.protocol(),
-        "started_at": runs.utc_now(),
+        "server": _server_words(server), "started_at": runs.utc_now(),
     }
     report = canaries.run_canaries(spec, model, continuation_needed="humaneval" in params.benchmarks)
     runs.atomic_write_json(out / "canaries.json", report.to_json())
@@ -106,10 +140,11 @@ def run_side(run_path: Path, spec: endpoints.EndpointSpec, params: QualityParams
         all_items = [it for b in params.benchmarks for it in items[b]]
         done = {"n": 0}
         total = len(all_items) * params.replicates
+        step = max(1, round(total * PROGRESS_STEP))
 
         def progress(rec: dict[str, Any]) -> None:
             done["n"] += 1
-            if done["n"] % 25 == 0 or done["n"] == total:
+            if done["n"] % step == 0 or done["n"] == total:
                 log(f"side {spec.label}: {done['n']}/{total} items answered")
 
         with runs.EventLog(out / "items.jsonl") as ev:
@@ -162,20 +197,49 @@ def read_scores(path: Path) -> pd.DataFrame:
     return pd.read_csv(path / "scores.csv", dtype={"item_id": str})
 
 
+def _server_words(server: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What tells one server from another behind the same URL: its boot run, stack file, variant and dtype."""
+    if not server:
+        return None
+    stack = server.get("stack") or {}
+    spec = stack.get("spec") or {}
+    args = list((spec.get("server") or {}).get("args") or [])
+    flags = (spec.get("server") or {}).get("flags") or {}
+    dtype = flags.get("dtype") or (args[args.index("--dtype") + 1] if "--dtype" in args[:-1] else None)
+    return {"boot_run": server.get("boot_run"), "stack": spec.get("name") or stack.get("file"),
+            "variant": server.get("variant"), "dtype": dtype}
+
+
+def _side_doc(run_path: Path, path: Path, info: dict[str, Any]) -> dict[str, Any]:
+    return {"dir": str(Path(path).relative_to(run_path)), "label": info["label"], "model": info["model"],
+            "url": info["endpoint"]["url"], "kind": info["endpoint"]["kind"], "server": info.get("server")}
+
+
+def _same_endpoint(sides: dict[str, dict[str, Any]]) -> bool:
+    ref, loc = sides["reference"], sides["local"]
+    if ref["endpoint"]["url"] != loc["endpoint"]["url"] or ref["model"] != loc["model"]:
+        return False
+    # The same URL and model one after the other can be two servers: the boot runs say.
+    boots = [(s.get("server") or {}).get("boot_run") for s in (ref, loc)]
+    return None in boots or boots[0] == boots[1]
+
+
+def _item_records(side: Path) -> list[dict[str, Any]]:
+    # A side rebuilt from scores alone (no raw records) has no answers to compare: its agreement table is empty.
+    path = Path(side) / "items.jsonl"
+    return runs.read_events(path) if path.is_file() else []
+
+
 def write_comparison(run_path: Path, reference: Path, local: Path, resamples: int, seed: int,
                      note: str | None = None) -> pd.DataFrame:
     records, table, items = cmp.compare(read_scores(reference), read_scores(local), resamples, seed)
     sides = {role: json.loads((p / "side.json").read_text()) for role, p in (("reference", reference),
                                                                               ("local", local))}
+    agreement, agreed = agree.agreement(*(_item_records(p) for p in (reference, local)))
     doc = {
-        "reference": {"dir": str(Path(reference).relative_to(run_path)), "label": sides["reference"]["label"],
-                      "model": sides["reference"]["model"], "url": sides["reference"]["endpoint"]["url"],
-                      "kind": sides["reference"]["endpoint"]["kind"]},
-        "local": {"dir": str(Path(local).relative_to(run_path)), "label": sides["local"]["label"],
-                  "model": sides["local"]["model"], "url": sides["local"]["endpoint"]["url"],
-                  "kind": sides["local"]["endpoint"]["kind"]},
-        "same_endpoint": sides["reference"]["endpoint"]["url"] == sides["local"]["endpoint"]["url"]
-        and sides["reference"]["model"] == sides["local"]["model"],
+        "reference": _side_doc(run_path, reference, sides["reference"]),
+        "local": _side_doc(run_path, local, sides["local"]),
+        "same_endpoint": _same_endpoint(sides),
         "note": note,
         "replicates": {role: int(info["replicates"]) for role, info in sides.items()},
         "resamples": resamples,
@@ -183,10 +247,13 @@ def write_comparison(run_path: Path, reference: Path, local: Path, resamples: in
         "notation": "a both right, b only the reference right, c only local right, d both wrong; "
                     "delta = (c - b) / n = local minus reference",
         "benchmarks": records,
+        "agreement": agreement.to_dict(orient="records"),
     }
     runs.atomic_write_json(Path(run_path) / COMPARISON_JSON, doc)
     runs.atomic_write_text(Path(run_path) / COMPARISON_CSV, table.to_csv(index=False))
     runs.atomic_write_text(Path(run_path) / PAIRED_ITEMS, items.to_csv(index=False))
+    runs.atomic_write_text(Path(run_path) / AGREEMENT_CSV, agreement.to_csv(index=False))
+    runs.atomic_write_text(Path(run_path) / AGREEMENT_ITEMS, agreed.to_csv(index=False))
     return table
 
 
@@ -195,7 +262,7 @@ def local_spec(base_url: str, params: QualityParams) -> endpoints.EndpointSpec:
 
 
 def reference_spec(base_url: str, params: QualityParams) -> tuple[endpoints.EndpointSpec, bool]:
-    """The reference side, and whether it is just the local server again (the embedded campaign has no API)."""
+    """The reference side, and whether it is just the local server again (a hand run with no reference)."""
     if params.reference:
         if "url" not in params.reference:
             raise InputError("the reference endpoint needs a url (e.g. https://api.deepseek.com)")
@@ -203,32 +270,96 @@ def reference_spec(base_url: str, params: QualityParams) -> tuple[endpoints.Endp
     return local_spec(base_url, params).model_copy(update={"label": "reference"}), True
 
 
-def run_experiment(run: runs.Run, base_url: str, params: QualityParams,
+def side_spec(base_url: str, params: QualityParams) -> endpoints.EndpointSpec:
+    """The one side a ``side:`` run answers, on the campaign's current server: that role's endpoint fields, the
+    campaign's URL unless they name one."""
+    fields = params.local if params.side == "local" else (params.reference or {})
+    return endpoints.EndpointSpec(**({"kind": "vllm", "url": base_url} | fields | {"label": params.side}))
+
+
+class _Record:
+    """``quality.json`` and the manifest's ``quality`` entry, kept equal. A file in the run is hashed and cannot be
+    lost when another process rewrites the manifest."""
+
+    def __init__(self, run: runs.Run, **meta: Any):
+        self.run, self.meta = run, {"protocol": bench.protocol(), "valid": None, **meta}
+        self(**{})
+
+    def __call__(self, **fields: Any) -> None:
+        self.meta.update(fields)
+        runs.atomic_write_json(self.run.path / QUALITY_JSON, self.meta)
+        self.run.update(quality=dict(self.meta))
+
+
+def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
                    log: Callable[[str], None] = print) -> pd.DataFrame:
-    """Both sides, scored and compared, into ``run``; raises ProducerError (the run kept) when a side is invalid."""
+    """The run's part of the experiment (``params.side`` / ``params.compare_runs``); raises ProducerError (the run
+    kept) when a side is invalid. Returns the comparison table, or a side's score summary."""
+    if params.compare_runs is not None:
+        return compare_side_runs(run, params, log)
+    if not base_url:
+        raise InputError("the quality experiment needs base_url (the server to ask), unless compare_runs names "
+                         "two side runs to compare")
+    server = (run.manifest.get("server") or {}) | {"stack": run.manifest.get("stack")}
+    if params.side != "both":
+        spec = side_spec(base_url, params)
+        record = _Record(run, side=params.side, endpoint=spec.record(), server=_server_words(server))
+        result = run_side(run.path, spec, params, log, server=server)
+        if not result.valid:
+            record(valid=False, invalid={params.side: result.reasons})
+            raise ProducerError(f"the canaries failed ({result.reasons}); the run is kept at {run.path}, marked "
+                                "invalid and not scored")
+        record(valid=True)
+        return result.summary if result.summary is not None else pd.DataFrame()
     ref, same = reference_spec(base_url, params)
     loc = local_spec(base_url, params)
-    meta: dict[str, Any] = {"reference": ref.record(), "local": loc.record(), "reference_is_local": same,
-                            "protocol": bench.protocol(), "valid": None}
-
-    def record(**fields: Any) -> None:
-        # In QUALITY_JSON as well as the manifest: a file in the run is hashed and cannot be lost when another
-        # process rewrites the manifest.
-        meta.update(fields)
-        runs.atomic_write_json(run.path / QUALITY_JSON, meta)
-        run.update(quality=dict(meta))
-
-    record()
-    results = {role: run_side(run.path, spec, params, log) for role, spec in (("reference", ref), ("local", loc))}
+    record = _Record(run, reference=ref.record(), local=loc.record(), reference_is_local=same)
+    results = {role: run_side(run.path, spec, params, log, server=server)
+               for role, spec in (("reference", ref), ("local", loc))}
     invalid = {role: r.reasons for role, r in results.items() if not r.valid}
     if invalid:
         record(valid=False, invalid=invalid)
         raise ProducerError(f"the canaries failed ({invalid}); the run is kept at {run.path}, marked invalid and "
                             "not scored")
-    note = ("the reference is the local server again: no vendor API in this campaign, so the comparison is an A/A "
-            "check of the pipeline") if same else None
+    note = ("the reference is the local server again: an A/A check of the pipeline, not a comparison") if same else None
     table = write_comparison(run.path, results["reference"].path, results["local"].path, params.resamples,
                              params.seed, note)
+    record(valid=True)
+    return table
+
+
+def holds_comparison(run_path: Path) -> bool:
+    """Whether a run holds a comparison (and so the section's figures can be drawn from it)."""
+    return (Path(run_path) / COMPARISON_CSV).is_file()
+
+
+def latest_side_run(campaign_dir: Path, experiment: str) -> Path:
+    """The newest ``ok`` run of ``experiment`` under ``campaign_dir`` that holds one scored side."""
+    folder = Path(campaign_dir) / experiment
+    found = [d for d in sorted(folder.iterdir()) if d.is_dir()] if folder.is_dir() else []
+    for d in reversed(found):
+        manifest = runs.load_manifest(d) if (d / "manifest.json").is_file() else {}
+        if manifest.get("outcome") == "ok" and (d / SIDES).is_dir():
+            return d
+    raise InputError(f"compare_runs: no ok run of experiment {experiment} under {campaign_dir} holds a side; run "
+                     f"the side first (side: reference or local) or correct the experiment's name")
+
+
+def compare_side_runs(run: runs.Run, params: QualityParams, log: Callable[[str], None] = print) -> pd.DataFrame:
+    """Copy the latest ok side run of each role's experiment into ``run`` and compare them (no server)."""
+    assert params.compare_runs is not None
+    campaign_dir = run.path.parent.parent
+    sources = {role: latest_side_run(campaign_dir, params.compare_runs[role]) for role in ROLES}
+    manifests = {role: runs.load_manifest(p) for role, p in sources.items()}
+    record = _Record(run, compared_runs={role: {"experiment": params.compare_runs[role], "run": str(p),
+                                                "session": manifests[role].get("session")}
+                                         for role, p in sources.items()})
+    dirs = {role: copy_side(p, run.path, role) for role, p in sources.items()}
+    sessions = {m.get("session") for m in manifests.values()}
+    note = None if len(sessions) == 1 else "the two sides were measured in different campaign sessions"
+    for role in ROLES:
+        log(f"side {role}: {params.compare_runs[role]} run {sources[role].name}")
+    table = write_comparison(run.path, dirs["reference"], dirs["local"], params.resamples, params.seed, note)
     record(valid=True)
     return table
 

@@ -1,0 +1,276 @@
+"""What a campaign shows while it runs: experiments, their notebooks' cells, and the counts the notebooks print.
+
+One :class:`Progress` per campaign. The runner calls :meth:`Progress.experiment` before a notebook, hands the same
+object to :func:`offload_lab.campaigns.execute.execute_notebook` as its ``watcher`` (nbclient's ``on_cell_execute`` /
+``on_cell_executed`` hooks, and the kernel's stdout), calls :meth:`Progress.done` after it, and :meth:`Progress.summary`
+at the end. :meth:`Progress.log` replaces ``print`` for the runner's own lines (server ready, boot attempts).
+
+Counts inside a notebook (levels, requests, items) come from the lines the experiment's library prints, in one
+convention: ``LABEL: DONE/TOTAL UNIT ...``, e.g. ``side local: 25/48 items answered`` or ``regime short: 2/3 levels``.
+Each label gets its own bar with the time since it appeared and how many are left; nothing is parsed from the
+notebook's other output.
+
+Modes: ``rich`` (a live display; the default on a terminal), ``quiet`` (plain lines: each experiment as it starts and
+ends, then the summary; the default otherwise, e.g. in CI), ``json`` (one JSON object per line, every event, for
+scripts). Times are seconds on the monotonic clock since the campaign started.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Callable, Iterable, Literal, Mapping
+
+Mode = Literal["auto", "rich", "quiet", "json"]
+COUNT_LINE = re.compile(r"(?P<label>[A-Za-z0-9_][\w .,()-]*?):\s+(?P<done>\d+)\s*/\s*(?P<total>\d+)\s+(?P<unit>[A-Za-z]+)")
+
+
+@dataclass
+class ExperimentRecord:
+    """One notebook of the campaign, as the summary lists it."""
+
+    experiment: str
+    cells: int
+    detail: str | None = None
+    run: str | None = None
+    outcome: str = "running"
+    cells_done: int = 0
+    seconds: float | None = None
+    error: str | None = None
+    started: float = field(default=0.0, repr=False)
+
+
+def _cell_words(cell: Any) -> str:
+    """A cell's papermill_description, else its first line that is not a comment or an import."""
+    source = str(getattr(cell, "source", "") or "")
+    m = re.search(r"papermill_description=(\S+)", source)
+    if m:
+        return m.group(1)
+    lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("#", "import ", "from "))]
+    text = (useful or lines or [""])[0]
+    return text if len(text) <= 48 else text[:47] + "\u2026"
+
+
+class Progress:
+    """The campaign's display; see the module docstring."""
+
+    def __init__(self, mode: Mode = "auto", campaign: str | None = None, experiments: int | None = None,
+                 file: IO[str] | None = None):
+        self.file = file or sys.stderr
+        if mode == "auto":
+            mode = "rich" if getattr(self.file, "isatty", lambda: False)() else "quiet"
+        self.mode = mode
+        self.campaign = campaign
+        self.records: list[ExperimentRecord] = []
+        self._t0 = time.monotonic()
+        self._buffer = ""
+        self._rich: Any = None
+        self._overall: Any = None
+        self._task: Any = None
+        self._counts: dict[str, Any] = {}
+        if mode == "rich":
+            self._start_rich(experiments)
+
+    # ---- the runner's side ------------------------------------------------------------------------------------
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def log(self, text: str) -> None:
+        """A line of the runner's own (server ready, a boot attempt's outcome)."""
+        if self.mode == "json":
+            self._emit("log", text=text)
+        elif self._rich is not None:
+            self._rich.console.print(text, highlight=False, markup=False)
+        else:
+            self._line(text)
+
+    def experiment(self, name: str, total_cells: int, detail: str | None = None,
+                   run: str | None = None) -> "Progress":
+        """A notebook starts: ``total_cells`` is what papermill will execute (``execute.executed_cells``), ``detail``
+        a few words (its notebook, its boot), ``run`` its run directory."""
+        rec = ExperimentRecord(name, total_cells, detail, None if run is None else str(run), started=time.monotonic())
+        self.records.append(rec)
+        self._counts = {}
+        self._buffer = ""
+        if self.mode == "json":
+            self._emit("experiment", experiment=name, cells=total_cells, detail=detail, run=rec.run)
+        elif self._rich is not None:
+            self._task = self._rich.add_task(name, total=total_cells, status=detail or "", unit="cells")
+        else:
+            self._line(f"running {name}" + (f" ({detail})" if detail else "") + f": {total_cells} cells")
+        return self
+
+    def cell(self, index: int, description: str, finished: bool = False, status: str = "ok") -> None:
+        """A cell starts (``finished=False``) or ends; the hooks below call this."""
+        rec = self._current()
+        if rec is None:
+            return
+        if finished:
+            rec.cells_done += 1
+        if self.mode == "json":
+            self._emit("cell", experiment=rec.experiment, index=index, of=rec.cells, done=rec.cells_done,
+                       state="done" if finished else "start", status=status if finished else None,
+                       description=description)
+        elif self._rich is not None and self._task is not None:
+            self._rich.update(self._task, completed=rec.cells_done, status=description)
+
+    def done(self, outcome: str, error: str | None = None) -> ExperimentRecord | None:
+        """The current notebook ended with ``outcome`` (ok, failed, stopped)."""
+        rec = self._current()
+        if rec is None:
+            return None
+        rec.outcome, rec.error = outcome, error
+        rec.seconds = time.monotonic() - rec.started
+        self._flush_line()
+        if self.mode == "json":
+            self._emit("done", experiment=rec.experiment, outcome=outcome, seconds=round(rec.seconds, 3),
+                       cells_done=rec.cells_done, cells=rec.cells, error=error)
+        elif self._rich is not None:
+            for task in self._counts.values():
+                self._rich.remove_task(task)
+            if self._task is not None:
+                mark = "\u2713" if outcome == "ok" else "\u2717"
+                self._rich.update(self._task, description=f"{mark} {rec.experiment}", status=outcome)
+                self._rich.stop_task(self._task)
+            if self._overall is not None:
+                self._rich.advance(self._overall)
+        else:
+            self._line(f"{rec.experiment}: {outcome} after {rec.seconds:.0f} s ({rec.cells_done}/{rec.cells} cells)"
+                       + (f": {error}" if error else ""))
+        self._counts, self._task = {}, None
+        return rec
+
+    def summary(self, results: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The last thing printed: every experiment with its outcome, time and run; returns the rows.
+
+        ``results`` replaces the records kept here, as mappings with at least ``experiment`` and ``outcome``
+        (``seconds``, ``run`` and ``error`` when known)."""
+        rows = [dict(r) for r in results] if results is not None else [
+            {k: (round(v, 3) if k == "seconds" and v is not None else v) for k, v in asdict(r).items()
+             if k != "started"} for r in self.records]
+        ok = sum(1 for r in rows if r.get("outcome") == "ok")
+        total = time.monotonic() - self._t0
+        head = (f"campaign {self.campaign}: " if self.campaign else "") + \
+            f"{ok} of {len(rows)} experiment(s) ok in {total:.0f} s"
+        if self.mode == "json":
+            self._emit("summary", campaign=self.campaign, ok=ok, experiments=rows, seconds=round(total, 3))
+            return rows
+        self.close()
+        if self.mode == "rich":
+            self._rich_summary(head, rows)
+        else:
+            self._line("summary: " + head)
+            for r in rows:
+                secs = f"{r['seconds']:.0f} s" if isinstance(r.get("seconds"), (int, float)) else "-"
+                self._line(f"  {r['experiment']}: {r.get('outcome')} ({secs})"
+                           + (f" {r['run']}" if r.get("run") else "") + (f": {r['error']}" if r.get("error") else ""))
+        return rows
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
+
+    # ---- the executor's side (execute.CellWatcher) -----------------------------------------------------------
+
+    def hooks(self) -> Mapping[str, Callable[..., Any]]:
+        """nbclient's cell hooks: on_cell_execute when a cell is sent, on_cell_executed when its reply came.
+
+        (on_cell_complete fires before the cell has finished, and on_notebook_complete not at all under papermill.)"""
+
+        def started(cell: Any = None, cell_index: int = 0, **_: Any) -> None:
+            self.cell(cell_index, _cell_words(cell))
+
+        def executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None, **_: Any) -> None:
+            status = ((execute_reply or {}).get("content") or {}).get("status", "ok")
+            self.cell(cell_index, _cell_words(cell), finished=True, status=status)
+
+        return {"on_cell_execute": started, "on_cell_executed": executed}
+
+    def write(self, text: str) -> int:
+        """The kernel's stdout, as papermill tees it: count lines update their bars, the rest is ignored here."""
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self._count(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    # ---- internals ----------------------------------------------------------------------------------------------
+
+    def _current(self) -> ExperimentRecord | None:
+        return self.records[-1] if self.records and self.records[-1].outcome == "running" else None
+
+    def _flush_line(self) -> None:
+        if self._buffer:
+            self._count(self._buffer)
+            self._buffer = ""
+
+    def _count(self, line: str) -> None:
+        m = COUNT_LINE.search(line)
+        rec = self._current()
+        if not m or rec is None:
+            return
+        label, done, total, unit = m["label"].strip(), int(m["done"]), int(m["total"]), m["unit"]
+        if self.mode == "json":
+            self._emit("count", experiment=rec.experiment, label=label, done=done, total=total, unit=unit)
+        elif self._rich is not None:
+            task = self._counts.get(label)
+            if task is None:
+                task = self._counts[label] = self._rich.add_task(f"  {label}", total=total, status="", unit=unit)
+            self._rich.update(task, completed=done, total=total)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        doc = {"event": event, "t": round(time.monotonic() - self._t0, 3), **fields}
+        self._line(json.dumps(doc, default=str))
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.file, flush=True)
+
+    def _start_rich(self, experiments: int | None) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, ProgressColumn,
+                                   SpinnerColumn, TextColumn, TimeElapsedColumn)
+        from rich.text import Text
+
+        class Left(ProgressColumn):
+            """How many are left, in the task's own unit."""
+
+            def render(self, task: Any) -> Text:
+                if task.total is None:
+                    return Text("")
+                return Text(f"{int(task.total - task.completed)} {task.fields.get('unit', '')} left", style="dim")
+
+        self._rich = RichProgress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+            Left(), TimeElapsedColumn(), TextColumn("{task.fields[status]}", style="dim"),
+            console=Console(file=self.file), transient=False,
+        )
+        self._rich.start()
+        if experiments:
+            name = f"campaign {self.campaign}" if self.campaign else "campaign"
+            self._overall = self._rich.add_task(name, total=experiments, status="", unit="experiments")
+
+    def _rich_summary(self, head: str, rows: list[dict[str, Any]]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=self.file)
+        console.print(head, highlight=False, markup=False)
+        table = Table()
+        for col in ("experiment", "outcome", "seconds", "run"):
+            table.add_column(col, justify="right" if col == "seconds" else "left")
+        for r in rows:
+            secs = f"{r['seconds']:.0f}" if isinstance(r.get("seconds"), (int, float)) else "-"
+            table.add_row(str(r["experiment"]), str(r.get("outcome")), secs, str(r.get("run") or r.get("error") or ""))
+        console.print(table)

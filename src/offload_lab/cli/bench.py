@@ -1,0 +1,335 @@
+"""Subcommands of the load generator and its checks: ``bench`` (closed-loop streams, or an open-loop schedule),
+``clock-check``, ``compare-vllm``, ``scrape-cost`` and ``bench-data`` (regenerates ``data/bench/``). Handlers and
+help texts live here, so that the shared CLI module only gains a call to :func:`add_parsers`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from offload_lab.cli.common import (
+    finite_float,
+    http_url,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
+from offload_lab.cli.common import print_json as _print_json
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    values: list[int] = []
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        pass
+    if not values or any(v < 1 for v in values):
+        from offload_lab.core.errors import InputError
+
+        raise InputError(f"{flag} {text!r} is not a comma-separated list of positive whole numbers, e.g. 1,2,4")
+    return values
+
+
+def float_list(text: str, flag: str) -> list[float]:
+    import math
+
+    values: list[float] = []
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        pass
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        from offload_lab.core.errors import InputError
+
+        raise InputError(f"{flag} {text!r} is not a comma-separated list of positive numbers, e.g. 2,4,8")
+    return values
+
+
+def _new_run(args: argparse.Namespace, experiment: str, params: dict[str, Any], **extra: Any) -> Any:
+    from offload_lab.core import environment, runs
+
+    return runs.new_run(args.out, args.campaign, experiment, params, environment=environment.capture_environment(),
+                        **extra)
+
+
+def _show(args: argparse.Namespace, run: Any, payload: dict[str, Any], table: Any = None, fmt: str = ".4g") -> None:
+    if args.json:
+        _print_json({"run": str(run.path), **payload})
+        return
+    if table is not None:
+        print(table.to_string(index=False, float_format=lambda x: f"{x:{fmt}}"))
+    print(f"run directory: {run.path}")
+
+
+# --- bench -------------------------------------------------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from offload_lab.core import runs
+    from offload_lab.experiments.concurrency import runner as concurrency
+    from offload_lab.load import closed_loop, workloads
+    from offload_lab.load.endpoint import Endpoint
+
+    endpoint = Endpoint(args.url)
+    spec = workloads.WorkloadSpec(
+        regime=args.regime, output_tokens=args.output_tokens, prompt_tokens=args.prompt_tokens,
+        prefix_tokens=args.prefix_tokens, suffix_tokens=args.suffix_tokens,
+        initial_context_tokens=args.initial_context_tokens, turn_new_tokens=args.turn_new_tokens,
+        think_time_s=args.think_time, block_size=args.block_size,
+    )
+    rule = closed_loop.StopRule(max_error_rate=args.max_error_rate, min_errors=args.min_errors,
+                                max_consecutive_failures=args.max_consecutive_failures, scope=args.stop_scope,
+                                window=args.stop_window)
+    if args.rates:
+        return _bench_open(args, endpoint, spec, rule)
+    params = concurrency.SweepParams(
+        workload=spec, streams=int_list(args.streams, "--streams"), requests_per_stream=args.requests_per_stream,
+        bar_tok_s=args.bar, margin=args.margin, stop_rule=rule, workers=args.workers,
+        defer_parse=not args.parse_inline)
+    run = _new_run(args, "concurrency", params.model_dump(mode="json"), server=endpoint.record())
+    with runs.finishing(run, stopped=(KeyboardInterrupt, concurrency.SweepStopped)):
+        verdict = concurrency.run_sweep(run, endpoint, params, progress=None if args.json else print)
+    levels = concurrency.summarize_run(run.path)
+    cols = ["streams", "workers", "ok_in_window", "achieved_concurrency", "tok_s_median", "tok_s_p5",
+            "tpot_median_ms", "ttft_median_s", "holds_bar", "cache_misses", "client_health"]
+    _show(args, run, {"verdict": verdict, "levels": levels.to_dict(orient="records")}, levels[cols], ".3g")
+    if not args.json:
+        print(f"held the bar of {args.bar:g} tok/s up to {verdict['held_bar_up_to_streams']} stream(s); "
+              f"provisioning with a {args.margin:.0%} margin: {verdict['provisioning_streams']} stream(s)")
+    return 0
+
+
+def _bench_open(args: argparse.Namespace, endpoint: Any, spec: Any, rule: Any) -> int:
+    from offload_lab.bench import open_loop as open_bench
+    from offload_lab.core import runs
+    from offload_lab.load import open_loop
+
+    params = open_loop.OpenLoopParams(rates_rps=float_list(args.rates, "--rates"), requests=args.requests,
+                                      duration_s=args.duration, arrival=args.arrival, burstiness=args.burstiness,
+                                      seed=args.seed, max_concurrency=args.max_concurrency)
+    run = _new_run(args, open_bench.EXPERIMENT, {"workload": spec.model_dump(mode="json"),
+                                                 **params.model_dump(mode="json"), "bar_tok_s": args.bar},
+                   server=endpoint.record())
+    with runs.finishing(run):
+        table = open_bench.run_rates(run, endpoint, spec, params, args.bar, args.workers, stop_rule=rule,
+                                     progress=None if args.json else print)
+    cols = ["rate_rps", "achieved_rps", "ok", "tok_s_median", "send_late_ms_p99", "ttft_ms_p50_send",
+            "ttft_ms_p50_sched", "ttft_ms_p99_send", "ttft_ms_p99_sched", "valid_open_loop"]
+    knee = open_loop.knee(table.to_dict(orient="records"), args.bar)
+    _show(args, run, {"knee_rps": knee, "rates": table.to_dict(orient="records")}, table[cols], ".3g")
+    if not args.json:
+        print(f"knee (median tok/s per stream below {args.bar:g}): {knee if knee is not None else 'not reached'}")
+    return 0
+
+
+# --- checks ------------------------------------------------------------------------------------------------------
+
+def cmd_clock_check(args: argparse.Namespace) -> int:
+    from offload_lab.bench import clock_check
+    from offload_lab.core import runs
+
+    streams = int_list(args.streams, "--streams")
+    clients = [clock_check.ClientConfig.parse(c) for c in args.clients.split(",") if c.strip()]
+    rates = float_list(args.rates, "--rates") if args.rates else [args.rate]
+    run = _new_run(args, clock_check.EXPERIMENT,
+                   {"streams": streams, "rates_tok_s": rates, "ttft_ms": args.ttft_ms, "tokens": args.tokens,
+                    "requests_per_stream": args.requests_per_stream, "clients": [c.name for c in clients]})
+    with runs.finishing(run):
+        summary = clock_check.run_clock_check(run, streams, rates[0], args.ttft_ms, args.tokens,
+                                              args.requests_per_stream, progress=None if args.json else print,
+                                              clients=clients, rates=rates)
+    cols = ["client", "rate_tok_s", "streams", "tok_s_error", "client_rate_error_median", "token_error_ms_p50",
+            "token_error_ms_p99", "token_error_ms_max", "lag_ms_p99", "worker_cpu_max"]
+    _show(args, run, {"levels": summary.to_dict(orient="records")}, summary[cols])
+    return 0
+
+
+def cmd_compare_vllm(args: argparse.Namespace) -> int:
+    from offload_lab.bench import vllm_bench
+    from offload_lab.core import runs
+    from offload_lab.load.endpoint import Endpoint
+    from offload_lab.server import stack
+
+    st = stack.load_stack(args.stack)
+    endpoint = Endpoint(args.url)
+    model = endpoint.first_model()
+    run = _new_run(args, vllm_bench.EXPERIMENT,
+                   {"input_len": args.input_len, "output_len": args.output_len, "num_prompts": args.num_prompts,
+                    "concurrency": args.concurrency, "rounds": args.rounds},
+                   server=endpoint.record(), stack=st.record())
+    with runs.finishing(run):
+        out = vllm_bench.compare(run, endpoint, st.python, model, str(st.model_path), args.input_len,
+                                 args.output_len, args.num_prompts, args.concurrency, args.rounds)
+    _show(args, run, out)
+    if not args.json:
+        ttft = f"{out['ttft_ratio']:.3f}" if out["ttft_ratio"] is not None else f"refused ({out['refused']})"
+        print(f"median TTFT ours/vLLM: {ttft}   median TPOT ours/vLLM: {out['tpot_ratio']:.3f}")
+    return 0
+
+
+def cmd_scrape_cost(args: argparse.Namespace) -> int:
+    from offload_lab.bench import scrape_cost
+    from offload_lab.core import runs
+    from offload_lab.load.endpoint import Endpoint
+
+    endpoint = Endpoint(args.url)
+    run = _new_run(args, scrape_cost.EXPERIMENT, {"scrapes": args.scrapes, "pid": args.pid},
+                   server=endpoint.record())
+    with runs.finishing(run):
+        out = scrape_cost.measure(endpoint, args.pid, args.scrapes)
+        run.write_json("scrape_cost.json", out)
+    _show(args, run, out)
+    if not args.json:
+        print(f"/metrics: {out['bytes']} bytes, {out['wall_ms_p50']:.1f} ms a scrape on the client; server CPU "
+              f"{out['server_cpu_ms_per_scrape']} ms a scrape")
+    return 0
+
+
+def cmd_bench_data(args: argparse.Namespace) -> int:
+    from offload_lab.bench import data as bench_data
+
+    done = bench_data.regenerate(args.out, parts=args.only.split(","), stack_file=args.stack, force=args.force,
+                                 progress=None if args.json else print)
+    if args.json:
+        _print_json({"runs": {k: str(v) for k, v in done.items()}})
+    else:
+        for name, path in done.items():
+            print(f"  {name}: {path}")
+    return 0
+
+
+# --- parsers -----------------------------------------------------------------------------------------------------
+
+def _run_flags(p: argparse.ArgumentParser, json_help: str = "print JSON") -> None:
+    p.add_argument("--out", default="data", help="data root the run directory is made under (default: data)")
+    p.add_argument("--campaign", default="bench", help="campaign name for the run (default: bench)")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def int_at_least_2(text: str) -> int:
+    from offload_lab.cli.common import int_at_least
+
+    return int_at_least(2)(text)
+
+
+Flag = tuple[str, Any, Any, str]  # name, type (None: a string; "switch": store_true), default, help
+_SWITCH = "switch"
+
+
+def _parser(sub: Any, name: str, help_: str, description: str, flags: list[Flag], func: Any,
+            run_flags: bool = True) -> argparse.ArgumentParser:
+    """A subcommand from a table of flags (one row each), so that every parser is declared the same way."""
+    p = sub.add_parser(name, help=help_, description=description)
+    for flag, kind, default, text in flags:
+        if kind == _SWITCH:
+            p.add_argument(flag, action="store_true", help=text)
+        elif isinstance(kind, (list, tuple)):
+            p.add_argument(flag, choices=list(kind), default=default, required=default is None, help=text)
+        else:
+            p.add_argument(flag, type=kind, default=default, required=default is _REQUIRED, help=text)
+    if run_flags:
+        _run_flags(p)
+    p.set_defaults(func=func)
+    return p
+
+
+_REQUIRED = object()
+REGIMES = ("short", "cold_prefill", "shared_prefix", "private_context", "agent_turns")
+
+BENCH_FLAGS: list[Flag] = [
+    ("--url", http_url, _REQUIRED, "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
+    ("--regime", REGIMES, None, "workload regime"),
+    ("--streams", None, "1,2,4", "comma-separated stream counts (default: 1,2,4)"),
+    ("--requests-per-stream", positive_int, 4, "requests (turns) per stream per level"),
+    ("--output-tokens", int_at_least_2, 64, "tokens per reply, ignore_eos (default: 64)"),
+    ("--prompt-tokens", positive_int, 128, "short/cold_prefill: prompt length"),
+    ("--prefix-tokens", positive_int, 2048, "shared_prefix/private_context: context length"),
+    ("--suffix-tokens", positive_int, 32, "new tokens after the cached context"),
+    ("--initial-context-tokens", positive_int, 2048, "agent_turns: context at turn one"),
+    ("--turn-new-tokens", positive_int, 256, "agent_turns: new tokens per turn"),
+    ("--think-time", nonneg_float, 0.0, "agent_turns: seconds between reply and next turn"),
+    ("--block-size", positive_int, None, "KV block size (default: read from /metrics)"),
+    ("--bar", positive_float, 40.0, "bar, median output tok/s per stream (default: 40)"),
+    ("--margin", finite_float(0, 1, high_open=True), 0.10, "provisioning margin over the bar (default: 0.10)"),
+    ("--max-error-rate", finite_float(0, 1), 0.05, "stop rule: error rate (default: 0.05) ..."),
+    ("--min-errors", positive_int, 2, "... with at least this many errors (default: 2)"),
+    ("--max-consecutive-failures", positive_int, 5, "stop rule: failures in a row (default: 5)"),
+    ("--stop-scope", ("level", "window", "sweep"), "level",
+     "count the stop rule's errors per level (default), over --stop-window requests, or over the sweep"),
+    ("--stop-window", positive_int, None, "requests in the stop rule's sliding window"),
+    ("--workers", positive_int, None, "client worker processes (default: one per 32 streams, at most spare cores)"),
+    ("--parse-inline", _SWITCH, None, "parse each stream as it ends (the old client), not at the level's end"),
+    ("--rates", None, None, "open loop: comma-separated request rates (req/s) instead of --streams"),
+    ("--requests", int_at_least_2, 40, "open loop: requests per rate (default: 40)"),
+    ("--duration", nonneg_float, 0.0, "open loop: or seconds of arrivals per rate, when more"),
+    ("--arrival", ("poisson", "gamma", "constant"), "poisson", "open loop: arrival pattern (default: poisson)"),
+    ("--burstiness", positive_float, 1.0, "open loop: gamma shape (below 1: burstier than Poisson)"),
+    ("--seed", int, 0, "open loop: schedule seed (default: 0)"),
+    ("--max-concurrency", positive_int, None, "open loop: client cap on requests in flight (default: none)"),
+]
+CLOCK_FLAGS: list[Flag] = [
+    ("--streams", None, "1,8,64", "comma-separated stream counts (default: 1,8,64)"),
+    ("--rate", positive_float, 50.0, "tokens per second per stream (default: 50)"),
+    ("--rates", None, None, "several source rates, comma-separated (overrides --rate)"),
+    ("--clients", None, "w1", ("client configurations, comma-separated: wK (K worker processes, deferred "
+                               "parsing) or wK-inline (default: w1)")),
+    ("--ttft-ms", nonneg_float, 50.0, "source's delay before the first token (ms)"),
+    ("--tokens", int_at_least_2, 64, "tokens per request (default: 64)"),
+    ("--requests-per-stream", positive_int, 3, "requests per stream per level"),
+]
+COMPARE_FLAGS: list[Flag] = [
+    ("--url", http_url, _REQUIRED, "base URL of the running vLLM server"),
+    ("--stack", None, "configs/stacks/embedded.yaml", "stack file: its Python runs vllm bench, its model tokenizes"),
+    ("--input-len", positive_int, 128, "prompt tokens (default: 128)"),
+    ("--output-len", int_at_least_2, 64, "output tokens (default: 64)"),
+    ("--num-prompts", positive_int, 16, "requests per round and tool (default: 16)"),
+    ("--concurrency", positive_int, 1, "closed-loop concurrency (default: 1)"),
+    ("--rounds", positive_int, 2, "alternating rounds (default: 2)"),
+]
+SCRAPE_FLAGS: list[Flag] = [
+    ("--url", http_url, _REQUIRED, "base URL of the running server"),
+    ("--pid", positive_int, None, "the server's process id (for its CPU)"),
+    ("--scrapes", positive_int, 50, "scrapes to time (default: 50)"),
+]
+DATA_FLAGS: list[Flag] = [
+    ("--only", None, "clock,open,vllm,vllm-open", "parts: clock, open, vllm, vllm-open (default: all)"),
+    ("--stack", None, "configs/stacks/embedded.yaml", "stack file for the vLLM part"),
+    ("--force", _SWITCH, None, "replace the existing runs of these experiments"),
+    ("--out", None, "data", "data root; the runs go under OUT/bench/ (default: data)"),
+    ("--json", _SWITCH, None, "print JSON"),
+]
+
+
+def add_parsers(sub: Any) -> None:
+    _parser(sub, "bench", "sweep closed-loop streams (or open-loop rates) of one regime against a server",
+            "Run N closed-loop streams of a regime for each N in --streams (prompts built to exact token counts with "
+            "the server's /tokenize, caches primed before the clock starts), and report per level the median and p5 "
+            "output tokens/s per stream over the window where all N are in flight, TPOT, TTFT, achieved "
+            "concurrency, cache hits, /metrics, the client-health verdict and how many streams held the bar. With "
+            "--rates, send an open-loop schedule (Poisson or gamma) at each rate instead, and report latencies from "
+            "the send and from the schedule, and the knee. Writes a run directory under --out/<campaign>/.",
+            BENCH_FLAGS, cmd_bench)
+    _parser(sub, "clock-check", "measure a calibrated token source to prove the load generator's clock",
+            "Start a local token source that streams at a set rate per stream, measure it with each client "
+            "configuration at each stream count, and report the rate and TPOT errors, the client-only rate error, "
+            "the per-token timing error (arrival minus the source's send stamp, same monotonic clock), each "
+            "worker's lag and CPU, and the source's CPU. The newest ok run under data/bench/clock_check/ calibrates "
+            "the client-health verdict of every sweep.", CLOCK_FLAGS, cmd_clock_check)
+    _parser(sub, "compare-vllm", "run vLLM's own `vllm bench serve` and this load generator side by side, fairly",
+            "Alternate rounds of `vllm bench serve` (run in the stack's server environment) and this load generator "
+            "on the same server, each round with fresh salted prompts for each tool (vLLM reads them as a "
+            "ShareGPT file, no warm-up), no two prompts sharing a first KV block, and both sides' cached tokens measured "
+            "from /metrics; report the ratio of their median TTFT (refused when the cache hits differ) and TPOT.",
+            COMPARE_FLAGS, cmd_compare_vllm)
+    _parser(sub, "scrape-cost", "measure what one /metrics scrape costs the server (client time and server CPU)",
+            "Watch the server's process tree idle, then time back-to-back GET /metrics; report the client time per "
+            "scrape and the server CPU per scrape (less the idle rate), from /proc.", SCRAPE_FLAGS, cmd_scrape_cost)
+    _parser(sub, "bench-data", "regenerate data/bench/: clock check, open-loop knee, and the vLLM cross-checks",
+            "Run every benchmark behind data/bench/ with the settings the docs quote: the clock check (1, 8, 64, 256 "
+            "streams; clients w1-inline, w1, w2; 50 and 200 tok/s), open-loop sweeps past the knee of a "
+            "capacity-limited token source, and, on the embedded vLLM server (started here; run it under `flock "
+            "/tmp/offload-vllm.lock`, as `make bench-data` does), compare-vllm at 1, 4 and 16 streams and the "
+            "/metrics scrape cost. Refuses to add to existing runs of these benchmarks without --force (which "
+            "removes them first).", DATA_FLAGS, cmd_bench_data, run_flags=False)
+
+
+__all__ = ["add_parsers"]

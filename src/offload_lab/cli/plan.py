@@ -1,0 +1,246 @@
+"""``offload-lab plan make|check|show|export|import``: plan files (which experts go to host RAM); the format is in
+docs/plan-files.md. Registered by cli/fit.py's ``add_parsers``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from offload_lab.cli.common import print_json as _print_json
+from offload_lab.cli.common import nonneg_int, positive_int
+from offload_lab.cli.fit_options import (action_group, add_bandwidth_options, add_memory_options, add_out_options,
+                                         add_parallel_options, add_source_options, bandwidth, check_new_out, emit,
+                                         fit_errors, gib, layer_share, model_for, read, share)
+from offload_lab.core.errors import InputError
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# plan
+
+
+def cmd_plan_make(args: argparse.Namespace) -> int:
+    from offload_lab.fit import plan as planmod
+    from offload_lab.fit.routing import RoutingCounts
+
+    check_new_out(args.out, args.force)  # before any work: a refusal costs nothing
+    ckpt, cls = read(args)
+    model = model_for(args, ckpt, cls)
+    counts = RoutingCounts.load(args.counts) if args.counts else None
+    host_tensors = planmod.host_tensors_for(cls, args.host_category or [], args.host_tensor or [])
+    mask = planmod.generate(model, args.generator, fraction=args.fraction, count=args.count, counts=counts,
+                            usable_gib=args.usable_gib, reserve_gib=args.reserve_gib, host_tensors=host_tensors,
+                            max_layer_fraction=args.max_layer_fraction, within=args.within)
+    params = {k: getattr(args, k) for k in ("fraction", "count", "usable_gib", "reserve_gib", "max_layer_fraction",
+                                            "within", "tp", "ep", "placement") if getattr(args, k) is not None}
+    params["host_categories"] = args.host_category or []
+    plan = planmod.make_plan(model, ckpt, args.generator, mask, host_tensors, params, counts=counts,
+                             counts_path=Path(args.counts) if args.counts else None, model_name=args.model)
+    hs = plan.host_set()
+    report = model.report(hs, usable_gib=args.usable_gib, reserve_gib=args.reserve_gib)
+    if counts is not None:
+        plan.predicted = planmod.predict(model, hs, counts, bandwidth(args))
+    planmod.write_plan(plan, args.out)
+    out = {"plan": args.out, **planmod.plan_summary(plan), "memory": report.to_dict(), "predicted": plan.predicted}
+    if args.json:
+        _print_json(out)
+    else:
+        m = report.to_dict()
+        print(f"wrote {args.out}: {out['host_experts']:,} of {len(model.experts.keys):,} routed experts on host "
+              f"({args.generator}), {len(host_tensors)} whole tensor(s); per GPU {gib(m['per_gpu_gib'])}, "
+              f"host {gib(m['host_gib_per_gpu'])}")
+        if plan.predicted:
+            print(f"  expected host bytes per token {plan.predicted['host_bytes_per_token']:,.0f}, GPU hit rate "
+                  f"{plan.predicted['gpu_hit_rate']:.3f}")
+    return 0
+
+
+def cmd_plan_check(args: argparse.Namespace) -> int:
+    from offload_lab.fit import plan as planmod
+
+    plan = planmod.read_plan(args.plan)
+    ckpt, cls = read(args)
+    problems = planmod.check_plan(plan, cls, ckpt)
+    errors = [p for p in problems if p.level == "error"]
+    if args.json:
+        _print_json({"plan": args.plan, "ok": not errors,
+                     "problems": [{"level": p.level, "message": p.message} for p in problems]})
+    else:
+        for p in problems:
+            print(f"{args.plan}: {p.level}: {p.message}", file=sys.stderr if p.level == "error" else sys.stdout)
+        if not errors:
+            print(f"{args.plan}: ok against {ckpt.source} ({len(plan.experts()):,} host experts, "
+                  f"{len(plan.host_tensors)} host tensors)")
+    return 2 if errors else 0
+
+
+def cmd_plan_show(args: argparse.Namespace) -> int:
+    from offload_lab.fit import plan as planmod
+    from offload_lab.fit.routing import RoutingCounts
+
+    if args.counts and not args.checkpoint:
+        raise InputError("--counts needs --checkpoint (expert sizes come from the checkpoint's headers)")
+    plan = planmod.read_plan(args.plan)
+    out: dict[str, Any] = {"plan": args.plan, **planmod.plan_summary(plan),
+                           "host_experts_per_layer": {k: len(v) for k, v in plan.host_experts.items()}}
+    if args.checkpoint:
+        ckpt, cls = read(args, args.checkpoint)
+        fit_errors(args.plan, planmod.check_plan(plan, cls, ckpt), f"{args.checkpoint}; run `offload-lab plan check`")
+        model = model_for(args, ckpt, cls)
+        out["memory"] = model.report(plan.host_set(), usable_gib=args.usable_gib,
+                                     reserve_gib=args.reserve_gib).to_dict()
+        if args.counts:
+            out["predicted"] = planmod.predict(model, plan.host_set(), RoutingCounts.load(args.counts),
+                                               bandwidth(args), batch=args.batch)
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"{args.plan}: model {out['model'] or '-'}, generator {out['generator']} {out['parameters']}")
+    print(f"  {out['host_experts']:,} host experts over {out['layers_with_host_experts']} layers "
+          f"({out['host_experts_per_layer_min']}-{out['host_experts_per_layer_max']} per layer); "
+          f"{len(out['host_tensors'])} host tensor(s)")
+    if "memory" in out:
+        m = out["memory"]
+        print(f"  TP {m['tp']}{' EP' if m['ep'] else ''}: {gib(m['per_gpu_gib'])} per GPU, host "
+              f"{gib(m['host_gib_per_gpu'])} per GPU, fits: {m['fits']}")
+    if "predicted" in out:
+        pr = out["predicted"]
+        line = (f"  expected host bytes per token {pr['host_bytes_per_token']:,.0f} "
+                f"({pr['host_share_of_routed_traffic']:.1%} of routed traffic), GPU hit rate {pr['gpu_hit_rate']:.3f}")
+        if "tpot_lower_bound_ms" in pr:
+            line += f", TPOT >= {pr['tpot_lower_bound_ms']:.3f} ms"
+        print(line)
+    return 0
+
+
+def cmd_plan_export(args: argparse.Namespace) -> int:
+    from offload_lab.fit import hostplan
+    from offload_lab.fit import plan as planmod
+
+    check_new_out(args.out, args.force)
+    mapping, dropped = hostplan.to_host_plan(planmod.read_plan(args.plan))
+    hostplan.write_host_plan(mapping, args.out)
+    out = {"out": args.out, "format": args.format, "layers": len(mapping),
+           "host_experts": sum(len(v) for v in mapping.values()), "dropped": dropped}
+    return emit(args, out, f"wrote {args.out} ({args.format}): {out['host_experts']:,} host experts in "
+                           f"{out['layers']} layers",
+                *(f"  not carried (the format has no place for it): {d}" for d in dropped))
+
+
+def cmd_plan_import(args: argparse.Namespace) -> int:
+    from offload_lab.fit import hostplan
+    from offload_lab.fit import plan as planmod
+
+    check_new_out(args.out, args.force)
+    mapping = hostplan.read_host_plan(args.file)
+    layers = experts = None
+    ckpt = cls = None
+    if args.checkpoint:
+        ckpt, cls = read(args, args.checkpoint)
+        layers = cls.moe_layers()
+        experts = max((e for _, e in cls.expert_bytes()), default=-1) + 1
+    plan = hostplan.from_host_plan(mapping, f"host plan {args.file}", model=args.model or "",
+                                   source=args.checkpoint, moe_layers=layers, experts_per_layer=experts)
+    if ckpt is not None:
+        plan.checkpoint.fingerprint = ckpt.fingerprint()
+        fit_errors(args.file, planmod.check_plan(plan, cls, ckpt), args.checkpoint)
+    planmod.write_plan(plan, args.out)
+    out = {"out": args.out, **planmod.plan_summary(plan)}
+    return emit(args, out, f"wrote {args.out}: {out['host_experts']:,} host experts in "
+                           f"{out['layers_with_host_experts']} layers, from {args.file} ({args.format})")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parsers
+
+
+def add_plan_parser(sub: Any) -> None:
+    """Register ``plan`` and its actions on ``offload-lab``'s subparsers."""
+    from offload_lab.fit.generators import GENERATORS
+    from offload_lab.fit.hostplan import FORMAT_NAME
+
+    psub = action_group(sub, "plan", "make, check, show, export or import plan files (which experts go to host RAM)",
+                        "Plan files list the (layer, expert) pairs and whole tensors a server keeps in pinned host "
+                        "RAM; format in docs/plan-files.md.")
+    pm = psub.add_parser(
+        "make", help="generate a plan for a checkpoint",
+        description="Generate a plan: uniform (same share per layer), layer-order (whole layers from the first, as "
+                    "vLLM UVA and llama.cpp -ncmoe), budget-fit (fewest experts so every GPU fits --usable-gib with "
+                    "--reserve-gib free), activation-aware (coldest (layer, expert) pairs first, from --counts). "
+                    "An existing --out is refused unless --force is given.")
+    pm.add_argument("source", help="checkpoint (as for audit)")
+    pm.add_argument("--generator", required=True, choices=GENERATORS, help="how to choose the host experts")
+    add_out_options(pm, "plan file (JSON)")
+    pm.add_argument("--fraction", type=share, default=None, help="share of routed experts to move (0-1)")
+    pm.add_argument("--count", type=nonneg_int, default=None,
+                    help="number of routed experts to move (instead of --fraction)")
+    pm.add_argument("--counts", default=None,
+                    help="routing counts file (offload-lab routing collect); needed by activation-aware, used by "
+                         "budget-fit and uniform --within coldest; its sha256 is recorded in the plan")
+    pm.add_argument("--within", choices=("index", "coldest"), default="index",
+                    help="uniform: which experts of a layer go first (default: evenly spaced ids)")
+    add_memory_options(pm, what=" (budget-fit; also reported)")
+    pm.add_argument("--host-category", action="append", metavar="CATEGORY",
+                    help="move every tensor of a category to host too (e.g. embedding, engram); repeatable")
+    pm.add_argument("--host-tensor", action="append", metavar="NAME", help="move this tensor to host; repeatable")
+    pm.add_argument("--max-layer-fraction", type=layer_share, default=None,
+                    help="cap on the share of one layer's experts on host, in (0, 1] (activation-aware, budget-fit)")
+    pm.add_argument("--model", default=None, help="model name to record in the plan (default: from the source)")
+    add_bandwidth_options(pm)
+    pm.add_argument("--json", action="store_true", help="print the plan's summary and memory as JSON")
+    add_parallel_options(pm)
+    add_source_options(pm)
+    pm.set_defaults(func=cmd_plan_make)
+
+    pc = psub.add_parser(
+        "check", help="validate a plan against a checkpoint",
+        description="Exit 2, naming each problem, when the plan lists a layer without routed experts, an expert that "
+                    "does not exist, or a host tensor that does not exist or belongs to a routed expert (problems "
+                    "of one kind are counted, not listed one by one). A different checkpoint layout than the plan "
+                    "was made for is a warning. What reading a plan refuses is in docs/plan-files.md.")
+    pc.add_argument("plan", help="plan file")
+    pc.add_argument("source", help="checkpoint (as for audit)")
+    pc.add_argument("--json", action="store_true", help="print the problems as JSON")
+    add_source_options(pc)
+    pc.set_defaults(func=cmd_plan_check)
+
+    ps = psub.add_parser(
+        "show", help="summarise a plan; with a checkpoint, its memory; with routing counts, its predicted cost",
+        description="Summarise a plan file. With --checkpoint: bytes per GPU with the plan. With --counts too: "
+                    "expected bytes read from host per token and, with --hbm-gbps and --link-gbps, a lower bound "
+                    "on the time per output token (formula in the offload_lab.fit.predict module docstring).")
+    ps.add_argument("plan", help="plan file")
+    ps.add_argument("--checkpoint", default=None, help="checkpoint the plan is for (as for audit)")
+    ps.add_argument("--counts", default=None, help="routing counts file for the predicted cost")
+    add_memory_options(ps)
+    add_bandwidth_options(ps)
+    ps.add_argument("--batch", type=positive_int, default=1, help="tokens per decode step (default: 1, single stream)")
+    ps.add_argument("--json", action="store_true", help="print JSON")
+    add_parallel_options(ps)
+    add_source_options(ps)
+    ps.set_defaults(func=cmd_plan_show)
+
+    pe = psub.add_parser(
+        "export", help=f"write a plan in another stack's format ({FORMAT_NAME})",
+        description=f"Write the plan's host experts as {FORMAT_NAME}: the host-plan.json the public dsv41 stack's "
+                    "host-DMA patch reads (EXL3_HOST_EXPERTS). Whole host tensors and metadata have no place in that "
+                    "format and are listed as not carried.")
+    pe.add_argument("plan", help="offload-lab plan file")
+    pe.add_argument("--format", required=True, choices=(FORMAT_NAME,), help="the format to write")
+    add_out_options(pe, "host-plan file")
+    pe.add_argument("--json", action="store_true", help="print what was written as JSON")
+    pe.set_defaults(func=cmd_plan_export)
+
+    pi = psub.add_parser(
+        "import", help=f"read a plan in another stack's format ({FORMAT_NAME}) into an offload-lab plan",
+        description=f"Read a {FORMAT_NAME} file (host-plan.json) and write an offload-lab plan. With --checkpoint, "
+                    "its layers and expert ids are checked against the checkpoint and its fingerprint recorded.")
+    pi.add_argument("file", help="host-plan.json")
+    pi.add_argument("--format", required=True, choices=(FORMAT_NAME,), help="the format to read")
+    add_out_options(pi, "offload-lab plan file")
+    pi.add_argument("--checkpoint", default=None, help="checkpoint the plan is for (as for audit)")
+    pi.add_argument("--model", default=None, help="model name to record in the plan")
+    pi.add_argument("--json", action="store_true", help="print the plan's summary as JSON")
+    add_source_options(pi)
+    pi.set_defaults(func=cmd_plan_import)

@@ -1,0 +1,114 @@
+"""``offload-lab capacity`` and ``offload-lab profile``: seats, pods and cost, and usage profiles. Every number flag
+has a type that refuses NaN, infinities and values out of range naming the flag (:mod:`offload_lab.cli.common`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from offload_lab.cli.common import finite_float, int_at_least, positive_float, positive_int, probability
+from offload_lab.cli.common import finish_parser
+from offload_lab.cli.common import print_json as _print_json
+
+# A team above a million developers is a typo (1e12 was accepted and sized); the binomial sums stay cheap below it.
+MAX_TEAM = 1_000_000
+
+
+# --- capacity ----------------------------------------------------------------------------------------------------
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from offload_lab.seats import cost
+    from offload_lab.seats.profile import load_profile, profile_timing
+
+    q, q_from = args.q, "--q"
+    if args.profile:
+        if args.stream_tok_s is None:
+            from offload_lab.core.errors import InputError
+
+            raise InputError("--profile needs --stream-tok-s, the per-stream output rate to time its tokens at")
+        q = profile_timing(load_profile(args.profile), args.stream_tok_s, args.prefill_tok_s).q
+        q_from = f"profile {args.profile}"
+    prices = cost.Prices(args.pod_eur_per_hour, args.seat_eur_per_month,
+                         args.hours_per_month if args.hours_per_month is not None else cost.HOURS_PER_MONTH)
+    r = {"q_from": q_from, **cost.quote(q, args.streams_per_pod, args.alpha, args.team, prices, rho=args.rho)}
+    if args.json:
+        _print_json(r)
+        return 0
+    print(f"q = {r['q']:.4g} ({q_from}), {r['model']} model, alpha = {r['alpha']:g}")
+    print(f"one pod of {r['streams_per_pod']} streams serves at most {r['seats_per_pod']} developers")
+    print(f"a team of {r['team']} needs {r['streams_needed']} streams: {r['pods']} pod(s) with streams pooled "
+          f"({r['pods_partitioned']} with each developer pinned to one pod); P(overflow) = "
+          f"{r['overflow_probability']:.3g}")
+    print(f"a pod costs {r['pod_eur_per_month']:,.2f} EUR a month ({r['hours_per_month']:g} hours); break-even at "
+          f"{r['break_even_seats']:.2f} subscriptions (smallest team that saves: {r['break_even_team']})")
+    print(f"team: {r['team_eur_per_month_self_hosted']:,.2f} EUR a month self-hosted against "
+          f"{r['team_eur_per_month_subscriptions']:,.2f} in subscriptions; saving {100 * r['saving_fraction']:.1f}%")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from offload_lab.seats.profile import load_profile, profile_timing
+
+    prof = load_profile(args.file)
+    timing = profile_timing(prof, args.stream_tok_s, args.prefill_tok_s)
+    published = prof.published.model_dump() if prof.published else None
+    if args.json:
+        _print_json({"profile": prof.name, "provenance": prof.provenance.model_dump(), "timing": timing.to_dict(),
+                     "published": published})
+        return 0
+    print(f"profile {prof.name} ({prof.provenance.kind}: {prof.provenance.source}"
+          f"{', ' + prof.provenance.section if prof.provenance.section else ''}) is valid")
+    print(f"  {timing.hours_generating:.3g} hours generating in {prof.period_days:g} days "
+          f"({100 * timing.fraction_of_period:.2f}% of the period); q = {timing.q:.4g} over a window of "
+          f"{timing.window_hours_in_period:g} hours")
+    if not timing.split_known:
+        print(f"  (split {timing.split_basis}; output {timing.output_tokens_range[0]:,.0f} to "
+              f"{timing.output_tokens_range[1]:,.0f} tokens)")
+    if published:
+        print(f"  published: {published}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``capacity`` and ``profile`` on the top-level subparsers."""
+    pcap = sub.add_parser(
+        "capacity", help="seats, pods and monthly cost for a team under the seat rule",
+        description="How many developers one pod serves and what a team costs. A pod serves --streams-per-pod "
+                    "streams at the bar; a developer is generating at a moment of the working window with chance q; "
+                    "the seat rule accepts a chance of at most --alpha that more developers generate at once than "
+                    "the pods have streams (Binomial(n, q), or beta-binomial with --rho > 0). Pods pool their streams "
+                    "for the team. Prints seats_per_pod, pods, pod_eur_per_month, break_even_seats, "
+                    "team_eur_per_month_self_hosted, team_eur_per_month_subscriptions, saving_fraction and more.")
+    qsrc = pcap.add_mutually_exclusive_group(required=True)
+    qsrc.add_argument("--q", type=probability,
+                      help="chance a developer is generating at a moment of the window, e.g. 0.071")
+    qsrc.add_argument("--profile", help="usage profile YAML to compute q from (needs --stream-tok-s)")
+    pcap.add_argument("--stream-tok-s", type=positive_float, default=None,
+                      help="with --profile: output tokens/s per stream to time the profile's tokens at (the bar)")
+    pcap.add_argument("--prefill-tok-s", type=positive_float, default=None,
+                      help="with --profile: prefill tokens/s for its new input tokens (needed when it has some)")
+    pcap.add_argument("--streams-per-pod", type=positive_int, required=True, help="streams one pod serves at the bar")
+    pcap.add_argument("--alpha", type=finite_float(0, 1, low_open=True, high_open=True), required=True,
+                      help="accepted chance that more developers generate at once than there are streams, e.g. 0.01")
+    pcap.add_argument("--team", type=int_at_least(1, MAX_TEAM), required=True,
+                      help="developers in the team to size and cost")
+    pcap.add_argument("--pod-eur-per-hour", type=positive_float, required=True, help="pod price, EUR an hour")
+    pcap.add_argument("--seat-eur-per-month", type=positive_float, required=True,
+                      help="subscription, EUR a seat a month")
+    pcap.add_argument("--hours-per-month", type=finite_float(0, 744, low_open=True), default=None,
+                      help="hours a pod is billed a month (default 730 = 24 x 365 / 12, run day and night)")
+    pcap.add_argument("--rho", type=finite_float(0, 1, high_open=True), default=0.0,
+                      help="intra-team correlation for the beta-binomial model (default 0: developers independent)")
+    finish_parser(pcap, cmd_capacity, json_help="print the result as one JSON object")
+
+    ppro = sub.add_parser(
+        "profile", help="check a usage profile and time it: hours generating, share of the period, q",
+        description="Validate a usage profile (configs/profiles/*.yaml) and compute, at the given per-stream and "
+                    "prefill rates, the hours the developer's agent spends generating, their share of the period, and "
+                    "q, the chance of generating at a moment of the working window. A bad profile (negative tokens, a "
+                    "window longer than a day, ...) exits 2 naming the field.")
+    ppro.add_argument("file", help="usage profile YAML, e.g. configs/profiles/published-week.yaml")
+    ppro.add_argument("--stream-tok-s", type=positive_float, required=True, help="output tokens/s per stream, e.g. 40")
+    ppro.add_argument("--prefill-tok-s", type=positive_float, default=None,
+                      help="prefill tokens/s for new input tokens (needed when the profile has some)")
+    finish_parser(ppro, cmd_profile, json_help="print JSON")

@@ -1,0 +1,191 @@
+"""Reading what users give us: text, JSON and YAML files with a size bound, validation errors named by field or flag,
+and outputs that are never overwritten without ``--force``.
+
+Every loader of a user file calls these instead of ``Path.read_text``, ``json.loads`` or ``yaml.safe_load``, so that a
+missing file, a directory, one non-UTF-8 byte, a 200,000-deep array, a YAML alias bomb or a 10 GB file is an
+:class:`InputError` naming the file (exit 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import ValidationError
+
+from offload_lab.core.errors import InputError
+
+CONFIG_MAX_BYTES = 4 * 2**20    # stack, campaign, profile files: a few kB in practice (the largest is 21 kB)
+DATA_MAX_BYTES = 256 * 2**20    # plans, routing counts, manifests
+YAML_MAX_NODES = 100_000        # after alias expansion: the billion-laughs file is refused long before it grows
+MAX_PROBLEMS = 20               # lines printed for repeated problems; the rest are counted
+
+
+def read_bytes(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES) -> bytes:
+    """The file's bytes; InputError naming ``what path`` when it is missing, a directory, unreadable or too big."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if p.is_dir():
+            raise InputError(f"{what} {p}: is a directory; give a file")
+        if size > max_bytes:
+            raise InputError(f"{what} {p}: {size:,} bytes is more than the {max_bytes:,} this reader accepts; "
+                             "is it the right file?")
+        with open(p, "rb") as f:
+            return f.read(max_bytes + 1)
+    except InputError:
+        raise
+    except OSError as e:
+        raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from e
+
+
+def decode_utf8(data: bytes, path: Path | str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{what} {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line "
+                         f"{line}); save it as UTF-8") from e
+
+
+def read_text(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES) -> str:
+    """A UTF-8 text file; a bad byte is named by its offset and line."""
+    return decode_utf8(read_bytes(path, what, max_bytes), path, what)
+
+
+def _parse(parse: Any, text: str, path: Path | str, what: str, errors: tuple[type[Exception], ...],
+           describe: Any) -> Any:
+    try:
+        return parse(text)
+    except errors as e:
+        raise InputError(f"{what} {path}: {describe(e)}") from e
+    except RecursionError as e:
+        raise InputError(f"{what} {path}: nested too deeply to be a {what}") from e
+
+
+def parse_json(text: str, path: Path | str, what: str) -> Any:
+    return _parse(json.loads, text, path, what, (json.JSONDecodeError,),
+                  lambda e: f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})")
+
+
+def read_json(path: Path | str, what: str, max_bytes: int = DATA_MAX_BYTES, expect: type | None = None) -> Any:
+    """A JSON file; ``expect`` (dict or list) is checked at the top level."""
+    return _expect(parse_json(read_text(path, what, max_bytes), path, what), expect, path, what)
+
+
+# libyaml's parser when PyYAML was built with it: a 4 MB file parses in a second, not a minute.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _BoundedLoader(_SafeLoader):  # type: ignore[misc, valid-type]
+    """A safe loader that refuses a document whose values, aliases expanded, number more than YAML_MAX_NODES.
+
+    PyYAML builds an alias once and shares it, so a billion-laughs file loads small; what blows up is whoever walks
+    the result (a validator, a JSON dump). The expanded size is counted on the node graph, each node's size memoized,
+    so the count itself stays cheap."""
+
+    def construct_document(self, node: Any) -> Any:
+        sizes: dict[int, int] = {}
+
+        def size(n: Any) -> int:
+            if id(n) in sizes:
+                return sizes[id(n)]
+            sizes[id(n)] = 1  # a recursive alias counts once (and PyYAML refuses to build it anyway)
+            if isinstance(n, yaml.SequenceNode):
+                total = 1 + sum(size(c) for c in n.value)
+            elif isinstance(n, yaml.MappingNode):
+                total = 1 + sum(size(k) + size(v) for k, v in n.value)
+            else:
+                total = 1
+            sizes[id(n)] = total
+            return total
+
+        if size(node) > YAML_MAX_NODES:
+            raise yaml.YAMLError(f"more than {YAML_MAX_NODES:,} values once aliases are expanded; refused as a "
+                                 "YAML bomb")
+        return super().construct_document(node)
+
+
+def parse_yaml(text: str, path: Path | str, what: str) -> Any:
+    return _parse(lambda t: yaml.load(t, Loader=_BoundedLoader), text, path, what, (yaml.YAMLError,),  # noqa: S506
+                  lambda e: f"not valid YAML ({str(e).strip()})")
+
+
+def read_yaml(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES, expect: type | None = dict) -> Any:
+    """A YAML file (safe loader, bounded); by default it must be a mapping."""
+    return _expect(parse_yaml(read_text(path, what, max_bytes), path, what), expect, path, what)
+
+
+def _expect(data: Any, expect: type | None, path: Path | str, what: str) -> Any:
+    if expect is not None and not isinstance(data, expect):
+        kind = {dict: "a mapping of fields", list: "a list"}.get(expect, expect.__name__)
+        got = "empty" if data is None else f"a {type(data).__name__}"
+        raise InputError(f"{what} {path}: expected {kind}, got {got}")
+    return data
+
+
+def field_errors(e: ValidationError, flags: Mapping[str, str] | None = None) -> list[str]:
+    """Each pydantic error as ``location: message``; a top-level field found in ``flags`` is named by its flag."""
+    out = []
+    for err in e.errors():
+        loc = [str(x) for x in err["loc"]]
+        head = flags.get(loc[0]) if flags and loc else None
+        where = (head + (f" ({'.'.join(loc[1:])})" if loc[1:] else "")) if head else ".".join(loc) or "(top level)"
+        bad = err.get("input")
+        shown = f" (got {bad!r})" if head and not isinstance(bad, (dict, list)) else ""
+        out.append(f"{where}: {err['msg']}{shown}")
+    return out
+
+
+def pydantic_input_error(e: ValidationError, what: str, flags: Mapping[str, str] | None = None) -> InputError:
+    """A ValidationError as an InputError naming ``what`` and every field (or flag) that is wrong."""
+    lines = summarize(field_errors(e, flags))
+    if len(lines) == 1:
+        return InputError(f"{what}: {lines[0]}")
+    return InputError(f"{what} is not valid:\n" + "\n".join(f"  {ln}" for ln in lines))
+
+
+def summarize(problems: Iterable[str], limit: int = MAX_PROBLEMS) -> list[str]:
+    """Problems with repeats counted (``x (3 times)``) and at most ``limit`` lines, plus one saying how many more."""
+    counts: dict[str, int] = {}
+    for p in problems:
+        counts[p] = counts.get(p, 0) + 1
+    lines = [p if n == 1 else f"{p} ({n:,} times)" for p, n in counts.items()]
+    if len(lines) > limit:
+        rest = len(lines) - limit
+        lines = lines[:limit] + [f"... and {rest:,} more problem(s) of {sum(counts.values()):,} in all"]
+    return lines
+
+
+def check_out(path: Path | str, force: bool, flag: str = "--out", kind: str = "file") -> Path:
+    """Refuse to overwrite: an existing ``--out`` file (or non-empty directory, ``kind="dir"``) needs ``--force``.
+
+    Call it before any work, so that a refusal costs nothing. Returns the path.
+    """
+    p = Path(path)
+    if kind == "file":
+        if p.is_dir():
+            raise InputError(f"{flag} {p}: is a directory; give a file name")
+        if p.exists() and not force:
+            raise InputError(f"{flag} {p} exists; pass --force to replace it, or choose another name")
+        if p.parent != Path("") and p.parent.exists() and not p.parent.is_dir():
+            raise InputError(f"{flag} {p}: {p.parent} is not a directory")
+    else:
+        if p.exists() and not p.is_dir():
+            raise InputError(f"{flag} {p}: is a file, not a directory")
+        if p.is_dir() and any(p.iterdir()) and not force:
+            raise InputError(f"{flag} {p} is a directory that is not empty; pass --force to write into it, or "
+                             "choose another")
+    return p
+
+
+def check_dir(path: Path | str, flag: str, must_exist: bool = False) -> Path:
+    """A directory flag (``--data-dir``): a file there is refused; a missing one is refused when ``must_exist``."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{flag} {p}: is a file, not a directory")
+    if must_exist and not p.exists():
+        raise InputError(f"{flag} {p}: no such directory")
+    return p

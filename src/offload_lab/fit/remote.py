@@ -1,0 +1,280 @@
+"""Safetensors headers over HTTP: range requests to a URL or to ``hf://owner/name@revision``, never the weights.
+
+The first request asks for ``bytes=0-(first_read-1)`` (the 8-byte length and, most of the time, the whole header), a
+second one the rest of the header when it is longer. Shards are read concurrently, each with retries on connection
+errors, 429 and 5xx. A server that ignores ``Range`` answers 200 with the whole body: the reader stops reading once it
+holds the header bytes, closes the connection and raises :class:`RangeNotSupportedError` -- it never downloads
+weights. ``HF_TOKEN`` (from the environment only) is sent to the Hugging Face endpoint and to no other host, and is
+never stored in a record, a log or an error message. ``hf://`` sources are resolved to file URLs with
+``huggingface_hub.hf_hub_url`` (no API call); the commit the server actually served (``X-Repo-Commit``) is recorded.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from offload_lab.core.errors import InputError
+from offload_lab.fit.headers import (CONFIG_NAME, INDEX_NAME, SINGLE_NAME, Checkpoint, Shard, header_length,
+                                         index_files, check_index, parse_header)
+
+DEFAULT_FIRST_READ = 64 * 1024
+RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+HF_TOKEN_ENV = "HF_TOKEN"
+
+
+class RangeNotSupportedError(InputError):
+    """The server answered a range request with the whole file: reading on would download the weights."""
+
+
+class FetchError(InputError):
+    """A remote file could not be read, after retries where retrying made sense."""
+
+
+
+@dataclass(frozen=True)
+class HFSource:
+    repo_id: str
+    revision: str
+    subfolder: str | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return bool(re.fullmatch(r"[0-9a-f]{40}", self.revision))
+
+
+def parse_hf_source(source: str) -> HFSource:
+    """``hf://owner/name@revision[/subfolder]`` -> its parts. The revision is required: an audit names what it read."""
+    m = re.fullmatch(r"hf://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([^/]+))?(?:/(.+))?", source)
+    if not m:
+        raise InputError(f"{source!r} is not hf://owner/name@revision[/subfolder]")
+    repo_id, revision, subfolder = m.groups()
+    if not revision:
+        raise InputError(
+            f"{source}: name a revision, e.g. hf://{repo_id}@<40-hex commit>; a branch name moves, so an audit of "
+            "it cannot be reproduced"
+        )
+    return HFSource(repo_id=repo_id, revision=revision, subfolder=subfolder.strip("/") if subfolder else None)
+
+
+def hf_file_url(src: HFSource, filename: str, endpoint: str | None = None) -> str:
+    from huggingface_hub import hf_hub_url
+
+    return hf_hub_url(src.repo_id, filename, subfolder=src.subfolder, revision=src.revision,
+                      endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None)
+
+
+@dataclass
+class RemoteOptions:
+    concurrency: int = 16
+    retries: int = 4
+    backoff_s: float = 0.25
+    timeout_s: float = 30.0
+    first_read: int = DEFAULT_FIRST_READ
+    token_host: str | None = None  # the only host HF_TOKEN is ever sent to
+
+
+class _Remote:
+    """One httpx client shared by the shard threads (httpx.Client is thread-safe)."""
+
+    def __init__(self, opts: RemoteOptions):
+        self.opts = opts
+        self.client = httpx.Client(
+            follow_redirects=True,
+            timeout=httpx.Timeout(opts.timeout_s),
+            limits=httpx.Limits(max_connections=max(1, opts.concurrency), max_keepalive_connections=opts.concurrency),
+            headers={"User-Agent": "offload-lab checkpoint audit (header-only range reads)"},
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _headers(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = dict(extra or {})
+        token = os.environ.get(HF_TOKEN_ENV)
+        # httpx drops Authorization itself when a redirect leaves this host (e.g. to a CDN with signed URLs).
+        if token and self.opts.token_host and urlsplit(url).hostname == self.opts.token_host:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _retrying(self, url: str, what: str, fn):  # type: ignore[no-untyped-def]
+        last: str = ""
+        for attempt in range(self.opts.retries + 1):
+            try:
+                return fn()
+            except _Retryable as e:
+                last = str(e)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.opts.retries:
+                time.sleep(self.opts.backoff_s * (2 ** attempt))
+        raise FetchError(f"{url}: could not read {what} after {self.opts.retries + 1} attempts (last: {last})")
+
+    def get_json(self, url: str, missing_ok: bool = False) -> tuple[Any, httpx.Headers] | None:
+        def once() -> tuple[Any, httpx.Headers] | None:
+            r = self.client.get(url, headers=self._headers(url))
+            if r.status_code == 404 and missing_ok:
+                return None
+            _raise_for_status(r, url)
+            try:
+                return r.json(), r.headers
+            except json.JSONDecodeError as e:
+                raise InputError(f"{url}: not JSON ({e})") from e
+
+        return self._retrying(url, "the JSON file", once)
+
+    def read_header(self, url: str, file: str) -> tuple[Shard, httpx.Headers]:
+        state = {"requests": 0, "received": 0}
+
+        def once() -> tuple[Shard, httpx.Headers]:
+            state["requests"] = 0
+            state["received"] = 0
+            return self._read_header_once(url, file, state)
+
+        return self._retrying(url, "the safetensors header", once)
+
+    def _read_header_once(self, url: str, file: str, state: dict[str, int]) -> tuple[Shard, httpx.Headers]:
+        first = max(8, self.opts.first_read)
+        buf, total, headers = self._range(url, 0, first - 1, None, state)
+        n = header_length(buf, url)
+        need = 8 + n
+        if len(buf) < need:
+            more, total2, _ = self._range(url, len(buf), need - 1, need, state)
+            buf += more
+            total = total if total is not None else total2
+        if len(buf) < need:
+            raise InputError(f"{url}: the file ends inside its {n}-byte header; truncated")
+        metadata, tensors = parse_header(buf[8:need], file, total)
+        shard = Shard(file=file, header_bytes=n, file_bytes=total, metadata=metadata, tensors=tensors,
+                      fetched_bytes=state["received"], requests=state["requests"])
+        return shard, headers
+
+    def _range(self, url: str, start: int, end: int, header_end: int | None,
+               state: dict[str, int]) -> tuple[bytes, int | None, httpx.Headers]:
+        """Bytes [start, end] of url, and the file's total size when the server says it."""
+        state["requests"] += 1
+        with self.client.stream("GET", url, headers=self._headers(url, {"Range": f"bytes={start}-{end}"})) as r:
+            if r.status_code == 200:
+                self._abort_full_body(r, url, state, header_end)
+            if r.status_code == 416:
+                raise InputError(f"{url}: the server says byte {start} is past the end of the file (416)")
+            _raise_for_status(r, url)
+            if r.status_code != 206:
+                raise InputError(f"{url}: expected 206 Partial Content for a range request, got {r.status_code}")
+            got_start, total = _content_range(r.headers.get("content-range"), url)
+            if got_start != start:
+                raise InputError(f"{url}: asked for bytes from {start}, the server sent them from {got_start}")
+            chunks = []
+            size = 0
+            for chunk in r.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                state["received"] += len(chunk)
+                if size > end - start + 1:
+                    raise InputError(f"{url}: the server sent more than the {end - start + 1} bytes asked for")
+            return b"".join(chunks), total, r.headers
+
+    def _abort_full_body(self, r: httpx.Response, url: str, state: dict[str, int], header_end: int | None) -> None:
+        # The server ignored Range and is sending the whole file. Read only as far as the header reaches (its length
+        # is in the first 8 bytes), then close the connection: nothing past the header is downloaded.
+        buf = b""
+        need = header_end
+        for chunk in r.iter_raw():
+            buf += chunk
+            state["received"] += len(chunk)
+            if need is None and len(buf) >= 8:
+                need = 8 + header_length(buf, url)
+            if need is not None and len(buf) >= need:
+                break
+        length = r.headers.get("content-length")
+        size = f"{int(length):,} bytes" if length and length.isdigit() else "the whole file"
+        raise RangeNotSupportedError(
+            f"{url}: the server ignored the Range header and answered 200 with {size}; the transfer was aborted "
+            f"after {state['received']:,} bytes (the header), so no weights were downloaded. Audit through a server "
+            "that honours range requests (any CDN, nginx, Hugging Face) or download the shard and audit the local file."
+        )
+
+
+class _Retryable(Exception):
+    pass
+
+
+def _raise_for_status(r: httpx.Response, url: str) -> None:
+    if r.status_code in RETRY_STATUSES:
+        raise _Retryable(f"HTTP {r.status_code}")
+    if r.status_code in (401, 403):
+        raise InputError(f"{url}: HTTP {r.status_code}; a gated or private repository needs a token in the "
+                         f"{HF_TOKEN_ENV} environment variable (never on the command line)")
+    if r.status_code == 404:
+        raise InputError(f"{url}: HTTP 404, no such file (check the repository, revision and file name)")
+    if r.status_code >= 400:
+        raise InputError(f"{url}: HTTP {r.status_code}")
+
+
+def _content_range(value: str | None, url: str) -> tuple[int, int | None]:
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value or "")
+    if not m:
+        raise InputError(f"{url}: a 206 answer without a valid Content-Range header ({value!r})")
+    return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
+
+
+def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str | None = None) -> Checkpoint:
+    """Headers of a remote checkpoint (a URL or hf://owner/name@revision); see the module docstring."""
+    opts = dataclasses.replace(opts) if opts else RemoteOptions()  # a copy: token_host is set per source below
+    t0 = time.monotonic()
+    hf = parse_hf_source(source) if source.startswith("hf://") else None
+    if hf:
+        def url_of(name: str) -> str:
+            return hf_file_url(hf, name, hf_endpoint)
+
+        opts.token_host = urlsplit(url_of(CONFIG_NAME)).hostname
+        single = index = None
+    else:
+        if not re.match(r"https?://", source):
+            raise InputError(f"{source}: not an http(s) URL")
+        base, _, last = source.rstrip("/").rpartition("/")
+        single = source if last.endswith(".safetensors") else None
+        index = source if last.endswith(".json") else None
+        root = base if (single or index) else source.rstrip("/")
+
+        def url_of(name: str) -> str:
+            return f"{root}/{name}"
+
+    remote = _Remote(opts)
+    try:
+        commit: str | None = None
+        weight_map: dict[str, str] | None = None
+        if single:
+            files = [single.rpartition("/")[2]]
+        else:
+            got = remote.get_json(index or url_of(INDEX_NAME), missing_ok=index is None)
+            if got is None:
+                files = [SINGLE_NAME]
+            else:
+                files, weight_map = index_files(got[0], index or url_of(INDEX_NAME))
+                commit = got[1].get("x-repo-commit")
+        config_got = remote.get_json(url_of(CONFIG_NAME), missing_ok=True)
+        config = config_got[0] if config_got else None
+        if config_got and not commit:
+            commit = config_got[1].get("x-repo-commit")
+        with cf.ThreadPoolExecutor(max_workers=max(1, opts.concurrency)) as pool:
+            results = list(pool.map(lambda f: remote.read_header(single or url_of(f), f), files))
+    finally:
+        remote.close()
+    shards = [s for s, _ in results]
+    commit = commit or next((h.get("x-repo-commit") for _, h in results if h.get("x-repo-commit")), None)
+    ckpt = Checkpoint(source=source, kind="hf" if hf else "url", shards=shards, config=config,
+                      revision=hf.revision if hf else None, commit=commit)
+    if weight_map is not None:
+        check_index(ckpt, weight_map, index or url_of(INDEX_NAME))
+    ckpt.seconds = time.monotonic() - t0
+    return ckpt

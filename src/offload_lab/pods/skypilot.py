@@ -1,0 +1,232 @@
+"""A campaign and its stack file as SkyPilot tasks: one task YAML per pod, and the commands that launch them, bring
+their data back and take them down.
+
+Nothing here imports SkyPilot or contacts a cloud. The YAML is checked by SkyPilot's own parser in an environment of
+its own (:func:`check_tasks` runs ``sky_check.py`` there; ``make sky-env`` makes one).
+
+What a task holds (SkyPilot 0.14.1 task schema, sky/utils/schemas.py):
+
+- ``resources`` from the stack's ``pod:`` (accelerators NAME:COUNT, disk, memory, image, infra, spot); ``num_nodes``;
+- ``envs``: ``OFFLOAD_LAB_POD`` = the cluster name and ``OFFLOAD_LAB_POD_PROVIDER`` = skypilot, which the ledger
+  records with each session, and the plan id and part;
+- ``secrets``: HF_TOKEN and the reference API key as null references, given at launch (``--secret NAME``), never
+  written into the file;
+- ``workdir``: this checkout (synced to ``~/sky_workdir``, .gitignore'd paths left out), or a git URL at a commit,
+  which makes every manifest's git state clean;
+- ``setup``: the README's install (``make lab-env``) and ``offload-lab stack install STACK``, on every node (vLLM
+  needs the model at the same path on each);
+- ``run``: ``nvidia-smi topo -m`` first, then the campaign (or its part), then, with a bucket, a copy of the
+  campaign's data to it; with ``pod.ray``, the head starts Ray and the other nodes join it first.
+
+Data comes back with ``rsync`` from the cluster (SkyPilot writes an ssh entry per cluster; 0.14.1 has no
+``rsync-down``), or from a bucket mounted at ``/offload-lab-out`` (it outlives ``--down``). Either way run
+directories travel whole, manifests included, and ``offload-lab pod merge`` checks them before merging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from offload_lab.campaigns.runner import Campaign
+from offload_lab.core.errors import InputError
+from offload_lab.pods.plan import PodPart, PodPlan, part_campaign_text
+from offload_lab.server import multinode
+from offload_lab.server.spec import StackFile, unpinned_items
+
+LAB = ".venvs/lab/bin/offload-lab"
+REMOTE_OUT = "/offload-lab-out"
+PART_CAMPAIGNS = "data/.pod-campaigns"  # under data/: the manifests' git state ignores it
+SKY_CHECK = Path(__file__).with_name("sky_check.py")
+SKY_PYTHON_ENV = "OFFLOAD_LAB_SKY_PYTHON"
+DEFAULT_SKY_PYTHON = ".venvs/sky/bin/python"
+SECRETS = ["HF_TOKEN", "OFFLOAD_LAB_REFERENCE_API_KEY"]
+
+
+class TaskOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    git_url: str | None = Field(None, description="clone this repository on the pod instead of syncing the checkout")
+    git_ref: str | None = Field(None, description="... at this commit")
+    bucket: str | None = Field(None, description="copy each pod's data here (SkyPilot storage, MOUNT mode)")
+    store: Literal["s3", "gcs", "r2", "azure", "oci"] = "s3"
+    allow_unpinned: bool = False
+    secrets: list[str] = Field(default_factory=lambda: list(SECRETS))
+
+
+def pod_of(spec: StackFile, stack_file: str) -> multinode.PodSpec:
+    if spec.pod is None:
+        raise InputError(f"stack file {stack_file} has no `pod:` section: say which GPUs (a SkyPilot accelerator "
+                         f"name: {', '.join(multinode.KNOWN_ACCELERATORS)}), how many per node, and the disk "
+                         "(docs/runbook.md, 'From a laptop')")
+    return spec.pod
+
+
+def check_pinned(spec: StackFile, stack_file: str, allow_unpinned: bool) -> list[str]:
+    """Refuse here, before anything is rented, what `stack install` on the pod would refuse."""
+    unpinned = unpinned_items(spec)
+    if unpinned and not allow_unpinned:
+        raise InputError(f"stack file {stack_file} has {len(unpinned)} unpinned item(s) (`offload-lab stack check "
+                         f"{stack_file}` lists them); `stack install` on the pod would refuse. Pin them, or plan "
+                         "with --allow-unpinned (the install record then lists what was installed)")
+    return unpinned
+
+
+def _resources(pod: multinode.PodSpec) -> dict[str, Any]:
+    r: dict[str, Any] = {"accelerators": f"{pod.accelerator}:{pod.count}", "disk_size": pod.disk_gib}
+    for key, value in (("infra", pod.infra), ("image_id", pod.image), ("cpus", pod.cpus), ("memory", pod.memory)):
+        if value:
+            r[key] = value
+    if pod.use_spot:
+        r["use_spot"] = True
+    return r
+
+
+def _campaign_command(plan: PodPlan, part: PodPart, part_file: str | None) -> str:
+    args = [LAB, "campaign", "run", part_file or plan.campaign_file, "--data-dir", "data"]
+    if part.only:
+        args += ["--only", ",".join(part.only)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _run_lines(plan: PodPlan, part: PodPart, spec: StackFile, campaign_text: str | None,
+               opts: TaskOptions) -> list[str]:
+    part_file = f"{PART_CAMPAIGNS}/{part.cluster}.yaml" if campaign_text else None
+    body = ["nvidia-smi topo -m || true   # check first: SYS between the GPUs means one GPU per socket (E7)"]
+    if campaign_text:
+        # The pod's share of the repeat boots: the campaign file with its own repeat_boots, written on the pod.
+        body += [f"mkdir -p {PART_CAMPAIGNS}", f"cat > {part_file} <<'OFFLOAD_LAB_CAMPAIGN'",
+                 *campaign_text.rstrip("\n").split("\n"), "OFFLOAD_LAB_CAMPAIGN"]
+    body.append(f"{_campaign_command(plan, part, part_file)} && rc=0 || rc=$?")
+    if opts.bucket:
+        dest = f"{REMOTE_OUT}/{plan.plan_id}/{part.cluster}/{plan.campaign}/"
+        # a failed copy fails the job (exit 5) unless the campaign had already failed
+        body.append(f"mkdir -p {dest} && rsync -a data/{plan.campaign}/ {dest} || "
+                    '{ echo "copy to the bucket failed" >&2; [ "$rc" != 0 ] || rc=5; }')
+    body += multinode.stop_commands(spec)
+    body.append("exit $rc")
+    if spec.pod is None or spec.pod.ray is None:
+        return ["set -uo pipefail", *body]
+    worker = multinode.worker_commands(spec, "$HEAD_IP", "$NODE_IP")
+    return ["set -uo pipefail",
+            'HEAD_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+            'NODE_IP=$(echo "$SKYPILOT_NODE_IPS" | sed -n "$((SKYPILOT_NODE_RANK + 1))p")',
+            'if [ "$SKYPILOT_NODE_RANK" != "0" ]; then',
+            *[f"  {c}" for c in worker], "  exit 0", "fi",
+            *multinode.head_commands(spec, "$HEAD_IP"), *body]
+
+
+def task_dict(plan: PodPlan, part: PodPart, spec: StackFile, campaign: Campaign, opts: TaskOptions) -> dict[str, Any]:
+    """The SkyPilot task of one pod of the plan."""
+    pod = pod_of(spec, plan.stack_file)
+    check_pinned(spec, plan.stack_file, opts.allow_unpinned)
+    install = f"{LAB} stack install {shlex.quote(plan.stack_file)}" + (" --allow-unpinned" if opts.allow_unpinned
+                                                                       else "")
+    setup = ["set -euo pipefail", *pod.bootstrap, "make lab-env", install]
+    task: dict[str, Any] = {
+        "name": part.cluster,
+        "num_nodes": pod.nodes,
+        "resources": _resources(pod),
+        "envs": {"OFFLOAD_LAB_POD": part.cluster, "OFFLOAD_LAB_POD_PROVIDER": "skypilot",
+                 "OFFLOAD_LAB_POD_PLAN": plan.plan_id, "OFFLOAD_LAB_POD_PART": f"{part.index + 1}/{part.of}"},
+    }
+    if opts.git_url:
+        task["workdir"] = {"url": opts.git_url, **({"ref": opts.git_ref} if opts.git_ref else {})}
+    else:
+        # absolute: SkyPilot takes a relative workdir from where `sky launch` runs, not from the task file
+        task["workdir"] = str(campaign.root)
+    if opts.secrets:
+        task["secrets"] = {k: None for k in opts.secrets}  # references: values come from `sky launch --secret NAME`
+    if opts.bucket:
+        task["file_mounts"] = {REMOTE_OUT: {"name": opts.bucket, "store": opts.store, "mode": "MOUNT"}}
+    task["setup"] = "\n".join(setup) + "\n"
+    task["run"] = "\n".join(_run_lines(plan, part, spec, part_campaign_text(campaign, part), opts)) + "\n"
+    return task
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None  # setup and run as block scalars, readable in the file
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def task_yaml(task: dict[str, Any]) -> str:
+    return yaml.dump(task, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
+def commands(plan: PodPlan, out_dir: str, opts: TaskOptions, autodown_minutes: int) -> dict[str, list[str]]:
+    """What to type on the laptop: launch, watch, fetch, report, down, merge, and the analysis after the merge."""
+    sec = "".join(f" --secret {s}" for s in opts.secrets)
+    clusters = " ".join(p.cluster for p in plan.parts)
+    # With a bucket the data is safe when the job ends: down at once. Without, the pod waits `autodown_minutes`
+    # idle for the rsync. (SkyPilot never autodowns a cluster whose setup failed: `sky status` shows it.)
+    down = "--down" if opts.bucket else f"-i {autodown_minutes} --down"
+    launch = [f"sky launch -y -d -c {p.cluster} {out_dir}/{p.cluster}.yaml {down}{sec}" for p in plan.parts]
+    if opts.bucket and opts.store == "s3":
+        fetch = [f"aws s3 sync s3://{opts.bucket}/{plan.plan_id}/{p.cluster}/ {out_dir}/{p.cluster}/data/"
+                 for p in plan.parts]
+    elif opts.bucket:
+        fetch = [f"# copy {opts.store}://{opts.bucket}/{plan.plan_id}/{p.cluster}/ to {out_dir}/{p.cluster}/data/"
+                 for p in plan.parts]
+    else:
+        fetch = [f"mkdir -p {out_dir}/{p.cluster}/data/{plan.campaign} && rsync -a "
+                 f"{p.cluster}:~/sky_workdir/data/{plan.campaign}/ {out_dir}/{p.cluster}/data/{plan.campaign}/"
+                 for p in plan.parts]
+    return {
+        "launch": launch,
+        "watch": [f"sky logs {p.cluster}" for p in plan.parts] + [f"sky status {clusters}"],
+        "fetch": fetch,
+        "report": [f"sky cost-report -o json --days 0 > {out_dir}/cost-report.json"],
+        "down": [f"sky down -y {clusters}"],
+        "merge": [f"offload-lab pod merge {out_dir} --data-dir data --cost-report {out_dir}/cost-report.json"],
+        "after_merge": ([f"offload-lab campaign run {plan.campaign_file} --data-dir data --only "
+                         f"{','.join(plan.after_merge)}"] if plan.after_merge else []),
+    }
+
+
+# --- SkyPilot's own parser, in its own environment ----------------------------------------------------------------
+
+def sky_python(explicit: str | Path | None, root: Path) -> Path:
+    """SkyPilot's interpreter: --sky-python, else $OFFLOAD_LAB_SKY_PYTHON, else .venvs/sky (make sky-env)."""
+    p = Path(explicit or os.environ.get(SKY_PYTHON_ENV) or DEFAULT_SKY_PYTHON)
+    return p if p.is_absolute() else root / p
+
+
+def check_tasks(paths: list[Path], python: Path, timeout_s: float = 300) -> list[dict[str, Any]]:
+    """Load every task with SkyPilot's parser (``sky.Task.from_yaml``) in its environment: offline, no cloud, no
+    credentials; ``HOME`` is a throwaway folder because SkyPilot creates ~/.sky on import. InputError when SkyPilot
+    is missing or refuses a task."""
+    if not python.exists():
+        raise InputError(f"SkyPilot's environment {python} does not exist: `make sky-env` creates .venvs/sky, or "
+                         f"give --sky-python (or ${SKY_PYTHON_ENV}) for an interpreter with skypilot installed")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ol-sky-home-") as home:
+        env = {**os.environ, "HOME": home, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+        proc = subprocess.run([str(python), str(SKY_CHECK), *map(str, paths)], capture_output=True, text=True,
+                              timeout=timeout_s, env=env)
+    if proc.returncode == 3:
+        raise InputError(f"SkyPilot is not installed for {python} ({proc.stderr.strip()[-300:]}): `make sky-env`, "
+                         "or give --sky-python for an interpreter with skypilot installed")
+    try:
+        results = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise InputError(f"SkyPilot's check with {python} gave no answer (exit {proc.returncode}): "
+                         f"{proc.stderr.strip()[-500:]}") from e
+    bad = [r for r in results if not r["ok"]]
+    if bad:
+        raise InputError("SkyPilot refuses: " + "; ".join(f"{r['path']}: {r['error']}" for r in bad))
+    return results
