@@ -27,6 +27,9 @@ def campaign_data(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> 
     spec["experiments"] = [dict(e, notebook=str(repo_root / e["notebook"]),
                                 parameters={"context_lengths": [128, 512], "output_tokens": 16, "repeats": 2})
                            for e in spec["experiments"] if e["experiment"] == "context"]
+    # A campaign of its own: the paper reads only runs whose parameters are their campaign file's, and these are
+    # smaller than embedded.yaml's.
+    spec["name"] = "embedded-e2e"
     f = tmp / "embedded.yaml"
     f.write_text(yaml.safe_dump(spec))
     data = tmp / "data"
@@ -36,8 +39,8 @@ def campaign_data(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> 
 
 
 def test_the_campaign_leaves_verified_runs_and_no_server(campaign_data: Path) -> None:
-    (boot,) = list(runs.iter_runs(campaign_data, "embedded", "boots"))
-    (context,) = list(runs.iter_runs(campaign_data, "embedded", "context"))
+    (boot,) = list(runs.iter_runs(campaign_data, "embedded-e2e", "boots"))
+    (context,) = list(runs.iter_runs(campaign_data, "embedded-e2e", "context"))
     for run_dir in (boot, context):
         assert runs.load_manifest(run_dir)["outcome"] == "ok"
         assert runs.verify_run(run_dir) == []
@@ -46,7 +49,7 @@ def test_the_campaign_leaves_verified_runs_and_no_server(campaign_data: Path) ->
 
 
 def test_the_paper_builds_from_the_campaigns_data(campaign_data: Path, repo_root: Path, tmp_path: Path) -> None:
-    result = paper.build_paper("embedded", campaign_data, out_dir=tmp_path / "out", repo_root=repo_root)
+    result = paper.build_paper("embedded-e2e", campaign_data, out_dir=tmp_path / "out", repo_root=repo_root)
     text = "\n".join(page.extract_text() for page in PdfReader(result.pdf).pages)
     assert "random weights" in text
     import json
@@ -59,7 +62,7 @@ def test_the_paper_builds_from_the_campaigns_data(campaign_data: Path, repo_root
 def test_the_paper_fails_naming_a_deleted_data_file(campaign_data: Path, repo_root: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(campaign_data, data)
-    (context,) = list(runs.iter_runs(data, "embedded", "context"))
+    (context,) = list(runs.iter_runs(data, "embedded-e2e", "context"))
     (context / "summary.csv").unlink()
     with pytest.raises(ClaimError, match="summary.csv"):
-        paper.build_paper("embedded", data, out_dir=tmp_path / "out", repo_root=repo_root)
+        paper.build_paper("embedded-e2e", data, out_dir=tmp_path / "out", repo_root=repo_root)

@@ -456,7 +456,9 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
     )
     if started is not None:
         started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
-    params = {**exp.parameters, "base_url": server.get("url"), "run_dir": str(run.path),
+    # Every parameter, validated, so that one the campaign file leaves out takes the model's default, never the
+    # notebook's (whose parameters cell shows the embedded campaign's values).
+    params = {**experiment_params(campaign, exp), "base_url": server.get("url"), "run_dir": str(run.path),
               "campaign": campaign.spec.name, "data_root": str(data_root)}
     if progress is not None:
         progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))

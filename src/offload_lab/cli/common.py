@@ -164,3 +164,9 @@ def finish_parser(p: argparse.ArgumentParser, func: Callable[[argparse.Namespace
     if json_help is not None:
         p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=func)
+
+
+def action_group(sub: Any, name: str, help: str, description: str) -> Any:
+    """A subcommand with actions (``offload-lab NAME ACTION``); the chosen action lands in ``NAME_command``."""
+    parser = sub.add_parser(name, help=help, description=description)
+    return parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from offload_lab.cli.common import finite_float, nonneg_float, nonneg_int, positive_float, positive_int
+from offload_lab.cli.common import action_group  # noqa: F401  (the fit parsers import it from here)
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 
@@ -126,12 +127,6 @@ def emit(args: argparse.Namespace, out: Any, *lines: str) -> int:
     else:
         print("\n".join(lines))
     return 0
-
-
-def action_group(sub: Any, name: str, help: str, description: str) -> Any:
-    """A subcommand with actions (``offload-lab NAME ACTION``); the chosen action lands in ``NAME_command``."""
-    parser = sub.add_parser(name, help=help, description=description)
-    return parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")
 
 
 def check_new_out(path: str, force: bool) -> None:

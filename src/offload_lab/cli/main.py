@@ -17,7 +17,7 @@ from offload_lab.core.redact import redact_text
 Handler = Callable[[argparse.Namespace], int]
 
 
-from offload_lab.cli.common import http_url, nonneg_int, port_number, positive_float
+from offload_lab.cli.common import action_group, http_url, nonneg_int, port_number, positive_float
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
@@ -284,9 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     ps.set_defaults(func=cmd_serve)
 
     # campaign
-    pc = sub.add_parser("campaign", help="run or check a campaign of experiments",
-                        description="Campaigns list notebooks and their parameters (configs/campaigns/*.yaml).")
-    csub = pc.add_subparsers(dest="campaign_command", metavar="ACTION")
+    csub = action_group(sub, "campaign", "run or check a campaign of experiments",
+                        "Campaigns list notebooks and their parameters (configs/campaigns/*.yaml).")
     pcr = csub.add_parser("run", help="start the stack's server, execute every notebook, stop the server",
                           description="Execute each experiment's notebook through papermill into a new run "
                                       "directory data/<campaign>/<experiment>/<run-id>/ with its manifest. A "
@@ -315,9 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     pcc.set_defaults(func=cmd_campaign_check)
 
     # runs
-    pr = sub.add_parser("runs", help="list and verify run directories",
-                        description="Inspect the data tree: list runs, verify files against manifests.")
-    rsub = pr.add_subparsers(dest="runs_command", metavar="ACTION")
+    rsub = action_group(sub, "runs", "list and verify run directories",
+                        "Inspect the data tree: list runs, verify files against manifests.")
     prl = rsub.add_parser("list", help="list the runs of a campaign", description="List runs with outcome and start.")
     prl.add_argument("--campaign", required=True, help="campaign name (a directory under the data root)")
     prl.add_argument("--experiment", default=None, help="only this experiment")
@@ -334,10 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     pe.set_defaults(func=cmd_env)
 
     # paper
-    pp = sub.add_parser("paper", help="build the paper from a campaign's data",
-                        description="Resolve every claim from data files, draw figures, render PDF and HTML, and "
-                                    "audit the result for numbers no claim produced.")
-    psub = pp.add_subparsers(dest="paper_command", metavar="ACTION")
+    psub = action_group(sub, "paper", "build the paper from a campaign's data",
+                        "Resolve every claim from data files, draw figures, render PDF and HTML, and "
+                        "audit the result for numbers no claim produced.")
     fails = ("Exits non-zero naming the claim and file when a data file is missing or changed, or a claim cannot "
              "be computed; and naming the number and its place when the audit finds a number no claim produced.")
     q = psub.add_parser("build", help="resolve claims, draw figures, render PDF and HTML, audit",

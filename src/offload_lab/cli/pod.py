@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-from offload_lab.cli.common import finish_parser
+from offload_lab.cli.common import action_group, finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
 
@@ -156,11 +156,10 @@ def cmd_campaign_ledger(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
     """Register ``stack`` and ``boots`` on the top-level subparsers, and ``ledger`` under ``campaign``."""
-    pst = sub.add_parser("stack", help="install or check a stack file (the server's environment, model and plan)",
-                         description="Stack files (configs/stacks/*.yaml) pin every part of a server: packages and "
-                                     "git commits, patches with their sha256 and receipts, model revisions, plans, "
-                                     "flags and environment.")
-    ssub = pst.add_subparsers(dest="stack_command", metavar="ACTION")
+    ssub = action_group(sub, "stack", "install or check a stack file (the server's environment, model and plan)",
+                        "Stack files (configs/stacks/*.yaml) pin every part of a server: packages and "
+                        "git commits, patches with their sha256 and receipts, model revisions, plans, "
+                        "flags and environment.")
     pi = ssub.add_parser(
         "install", help="build a stack's environment on a pod: parts, patches (receipts checked), model, plans",
         description="Create the stack's virtual environment; install its PyPI parts at their versions; clone its git "
@@ -186,11 +185,10 @@ def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
     pk.add_argument("file", help="stack file")
     finish_parser(pk, cmd_stack_check, json_help="print JSON (keys command, env, plan, price, unpinned)")
 
-    pb = sub.add_parser("boots", help="list a campaign's boots and how each ended",
-                        description="Boots are data: every server start is a run of experiment 'boots' with its "
-                                    "log and boot.json (outcome: ready, oom_load, oom_kv_cache, init_failure, exited, "
-                                    "timeout, died_first_request, probe_failed).")
-    bsub = pb.add_subparsers(dest="boots_command", metavar="ACTION")
+    bsub = action_group(sub, "boots", "list a campaign's boots and how each ended",
+                        "Boots are data: every server start is a run of experiment 'boots' with its "
+                        "log and boot.json (outcome: ready, oom_load, oom_kv_cache, init_failure, exited, "
+                        "timeout, died_first_request, probe_failed).")
     pbl = bsub.add_parser("list", help="one line per boot: stack, variant, outcome, expected outcome, startup time",
                           description="List the boots of a campaign with the log line that decided each failure.")
     pbl.add_argument("--campaign", required=True, help="campaign name (a directory under the data root)")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from offload_lab.cli.common import int_at_least, print_json
+from offload_lab.cli.common import action_group, int_at_least, print_json
 from offload_lab.core.errors import InputError
 
 PLAN_FILE = "plan.json"
@@ -211,11 +211,10 @@ _SUBCOMMANDS = [
 
 def add_parsers(sub: Any) -> None:
     """Register ``pod plan``, ``pod merge`` and ``pod ledger``."""
-    pp = sub.add_parser("pod", help="run a campaign on rented pods through SkyPilot; merge their data back",
-                        description="From a laptop with SkyPilot configured (docs/runbook.md): write one SkyPilot "
-                                    "task per pod, print the commands that launch them, bring their data back and "
-                                    "take them down, then merge every pod's runs into one campaign.")
-    psub = pp.add_subparsers(dest="pod_command", metavar="ACTION")
+    psub = action_group(sub, "pod", "run a campaign on rented pods through SkyPilot; merge their data back",
+                        "From a laptop with SkyPilot configured (docs/runbook.md): write one SkyPilot "
+                        "task per pod, print the commands that launch them, bring their data back and "
+                        "take them down, then merge every pod's runs into one campaign.")
     for name, func, table, help_text, description in _SUBCOMMANDS:
         p = psub.add_parser(name, help=help_text, description=description)
         for flag, kwargs in table:

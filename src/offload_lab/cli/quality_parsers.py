@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from offload_lab.cli.common import endpoint_url, int_at_least, nonneg_int, positive_float, positive_int
+from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_float, positive_int
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
@@ -80,11 +80,10 @@ def cmd_quality_selfcheck(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """Register ``quality`` and its actions on the top-level subparsers."""
-    pq = sub.add_parser("quality", help="paired answer-quality comparison (GSM8K, IFEval, HumanEval)",
-                        description="Compare answer quality of two OpenAI-compatible endpoints (the local stack "
-                                    "and a reference API) on fixed subsets of GSM8K, IFEval and HumanEval, item by "
-                                    "item, with paired statistics. API keys come only from environment variables.")
-    qsub = pq.add_subparsers(dest="quality_command", metavar="ACTION")
+    qsub = action_group(sub, "quality", "paired answer-quality comparison (GSM8K, IFEval, HumanEval)",
+                        "Compare answer quality of two OpenAI-compatible endpoints (the local stack "
+                        "and a reference API) on fixed subsets of GSM8K, IFEval and HumanEval, item by "
+                        "item, with paired statistics. API keys come only from environment variables.")
     qr = qsub.add_parser("run", help="answer the fixed subsets with one endpoint and score them",
                          description="Run the canaries (continuation, thinking off, finish reason), then every item "
                                      "of the chosen benchmarks, into a new run of experiment quality-side. Every "
