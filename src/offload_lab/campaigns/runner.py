@@ -104,6 +104,11 @@ class CampaignFile(BaseModel):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"boot name(s) {dup} given twice")
+        exps = [e.experiment for e in self.experiments]
+        twice = sorted({n for n in exps if exps.count(n) > 1})
+        if twice:
+            raise ValueError(f"experiment name(s) {twice} given twice: each experiment's runs share one directory, so "
+                             "give each entry a name of its own")
         if any(e.experiment == BOOTS for e in self.experiments):
             raise ValueError("experiment name 'boots' is the runner's own (server starts); list boot attempts "
                              "under `boots:`")

@@ -201,15 +201,24 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_paper_build(args: argparse.Namespace) -> int:
     from offload_lab.paper import build as paper
 
+    from offload_lab.core import paths
+
     t0 = time.monotonic()
+    # A relative --data-dir is the repository's (as for `campaign run`), so a build from a subdirectory reads the
+    # data the campaign wrote.
     result = paper.build_paper(
-        campaign=args.campaign, data_root=Path(args.data_dir), out_dir=Path(args.out) if args.out else None,
+        campaign=args.campaign, data_root=paths.data_root(args.data_dir), out_dir=Path(args.out) if args.out else None,
         repo_root=Path(args.root) if args.root else None, frozen=args.frozen,
         bundle=Path(args.bundle) if args.bundle else None,
     )
     print(f"paper for campaign {args.campaign} built in {time.monotonic() - t0:.1f} s: {result.summary()}")
     for label, path in result.outputs().items():
         print(f"  {label}: {path}")
+    import json
+
+    # Runs passed over (their parameters are not the campaign file's, or their manifest cannot be read).
+    for s in json.loads(result.claims_json.read_text(encoding="utf-8")).get("skipped") or []:
+        print(f"  skipped: run {s['run_id']} of {s['experiment']}: {s['reason']}")
     return 0
 
 

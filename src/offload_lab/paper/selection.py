@@ -68,14 +68,16 @@ def declared(repo_root: Path, campaign: str) -> dict[str, tuple[str, list[Any]]]
     return out
 
 
-def _ok_runs_newest_first(data_root: Path, campaign: str, experiment: str) -> list[Path]:
+def _ok_runs_newest_first(data_root: Path, campaign: str, experiment: str,
+                          skipped: list[dict[str, Any]]) -> list[Path]:
     found = []
     for r in runs.iter_runs(data_root, campaign, experiment):
         try:
             if runs.load_manifest(r).get("outcome") == "ok":
                 found.append(r)
-        except Exception:  # an unreadable manifest is reported by `runs verify`; the paper cannot read that run
-            continue
+        except Exception as e:  # the paper cannot read that run; say so instead of passing over it in silence
+            skipped.append({"experiment": experiment, "run_id": r.name,
+                            "reason": f"its manifest cannot be read ({e}); see `offload-lab runs verify`"})
     return sorted(found, key=lambda p: p.name, reverse=True)
 
 
@@ -83,7 +85,7 @@ def select(data_root: Path, campaign: str, experiments: set[str], repo_root: Pat
     wanted = declared(repo_root, campaign)
     sel = Selection(chosen={})
     for e in sorted(experiments):
-        candidates = _ok_runs_newest_first(data_root, campaign, e)
+        candidates = _ok_runs_newest_first(data_root, campaign, e, sel.skipped)
         if wanted is None or e not in wanted:
             sel.chosen[e] = candidates[0] if candidates else None
             continue

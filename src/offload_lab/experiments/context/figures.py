@@ -75,6 +75,12 @@ def prefill_cold_cached(src: Sources, ax: Any) -> None:
     ax.set_xticks(list(x))  # the cold lengths; a cached prompt sits at its own length between them
     ax.set_xticklabels([f"{int(t):,}" for t in x])
     ax.minorticks_off()
+    # Ticks at 1, 2 and 5 of every decade, printed plainly: the data may span less than one decade, where the
+    # default log axis would print a single label.
+    from matplotlib.ticker import LogLocator, StrMethodFormatter
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("TTFT (s), log scale")
     ax.legend(frameon=False, loc="upper left")
