@@ -118,7 +118,7 @@ def test_the_notebook_runs_for_the_repositorys_campaigns_with_nbconvert() -> Non
     import subprocess
 
     jupyter = REPO_ROOT / ".venvs" / "lab" / "bin" / "jupyter"
-    if not jupyter.exists() or not (REPO_ROOT / "data" / "embedded-fixture").is_dir():
+    if not jupyter.exists() or not (REPO_ROOT / "data" / "embedded").is_dir():
         pytest.skip("needs the lab environment (make envs) and the committed data")
     done = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--stdout", "explore.ipynb"],
                           cwd=REPO_ROOT / "notebooks", capture_output=True, text=True, timeout=600)
@@ -126,7 +126,7 @@ def test_the_notebook_runs_for_the_repositorys_campaigns_with_nbconvert() -> Non
     assert "without encryption" not in done.stderr
     import nbformat
 
-    for campaign, nb in (("embedded-fixture", nbformat.reads(done.stdout, as_version=4)),
+    for campaign, nb in (("embedded", nbformat.reads(done.stdout, as_version=4)),
                          ("reference", _execute_from_notebooks("reference", "data"))):
         shown = _figures_by_experiment(nb)
         t = explore.load_campaign(campaign, REPO_ROOT / "data")
