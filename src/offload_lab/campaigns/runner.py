@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from offload_lab.server import boots as bootsmod
@@ -34,7 +33,7 @@ from offload_lab.campaigns import ledger
 from offload_lab.campaigns.execute import execute_notebook, executed_cells
 from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers, run_boot_attempts  # noqa: F401  (run_boot_attempts: callers)
-from offload_lab.core import paths, runs, signals
+from offload_lab.core import inputs, paths, runs, signals
 from offload_lab.server import stack as stackmod
 from offload_lab.core.errors import InputError
 from offload_lab.server.spec import StackOverride
@@ -150,10 +149,10 @@ def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"campaign file {path} does not exist; the embedded one is configs/campaigns/embedded.yaml")
+    # Bounded, UTF-8, valid YAML, a mapping: each refusal names the file (core.inputs).
+    data = inputs.read_yaml(path, "campaign file")
     try:
-        spec = CampaignFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except yaml.YAMLError as e:
-        raise InputError(f"campaign file {path} is not valid YAML: {e}") from e
+        spec = CampaignFile.model_validate(data)
     except ValidationError as e:
         details = "\n".join(f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         raise InputError(f"campaign file {path} is not a valid campaign file:\n{details}") from e
@@ -164,7 +163,12 @@ def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
 def declared_parameters(notebook: Path) -> dict[str, Any]:
     import papermill
 
-    return papermill.inspect_notebook(str(notebook))
+    inputs.read_text(notebook, "notebook", inputs.DATA_MAX_BYTES)  # UTF-8 and bounded, named if not
+    try:
+        return papermill.inspect_notebook(str(notebook))
+    except Exception as e:  # nbformat's and papermill's own errors: not JSON, not a notebook, an old version
+        raise InputError(f"notebook {notebook} is not a Jupyter notebook papermill can read ({type(e).__name__}: "
+                         f"{str(e)[:200]}); give the campaign a .ipynb file") from e
 
 
 def validate(campaign: Campaign) -> None:
