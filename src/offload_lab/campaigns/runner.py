@@ -254,7 +254,7 @@ def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any
 
 
 def run_campaign(
-    path: Path | str,
+    path: Path | str | Campaign,
     data_root: Path | str = "data",
     url: str | None = None,
     port: int | None = None,
@@ -267,7 +267,8 @@ def run_campaign(
     started = time.monotonic()
     if log is None:
         log = progress.log if progress is not None else print
-    campaign = load_campaign(path)
+    # A caller that already read the file (the CLI, to size its display) hands it over: it is parsed once.
+    campaign = path if isinstance(path, Campaign) else load_campaign(path)
     data_root = Path(data_root)
     if not data_root.is_absolute():
         data_root = campaign.root / data_root
@@ -373,8 +374,9 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
              progress: Progress | None = None) -> Path:
     nb = campaign.notebook_path(exp)
     marks = marks or {}
+    validated = experiment_params(campaign, exp)
     run = runs.new_run(
-        data_root, campaign.spec.name, exp.experiment, experiment_params(campaign, exp),
+        data_root, campaign.spec.name, exp.experiment, validated,
         kind=kind_of_notebook(exp.notebook),
         environment=env,
         notebook={"path": str(nb.relative_to(campaign.root)) if nb.is_relative_to(campaign.root) else str(nb),
@@ -390,7 +392,7 @@ def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: d
         started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
     # Every parameter, validated, so that one the campaign file leaves out takes the model's default, never the
     # notebook's (whose parameters cell shows the embedded campaign's values).
-    params = {**experiment_params(campaign, exp), "base_url": server.get("url"), "run_dir": str(run.path),
+    params = {**validated, "base_url": server.get("url"), "run_dir": str(run.path),
               "campaign": campaign.spec.name, "data_root": str(data_root)}
     if progress is not None:
         progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))

@@ -105,7 +105,7 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     with Progress(mode, campaign=c.spec.name, experiments=count,
                   file=sys.stdout if args.json else None) as progress:
         try:
-            result = campaign.run_campaign(args.file, data_root=args.data_dir, url=args.url, port=args.port,
+            result = campaign.run_campaign(c, data_root=args.data_dir, url=args.url, port=args.port,
                                            only=only, progress=progress)
         finally:
             progress.summary()

@@ -16,8 +16,6 @@ from offload_lab.experiments.cached_prefix.tables import LEVELS, SUMMARY
 from offload_lab.experiments.concurrency import runner as sweep
 from offload_lab.load.workloads import WorkloadSpec
 
-SUBDIR = None  # one level, written at the top of the run directory
-
 
 def sweep_params(params: Params) -> sweep.SweepParams:
     workload = WorkloadSpec(regime="shared_prefix", prefix_tokens=params.prefix_tokens,
