@@ -9,12 +9,8 @@ LAB_PY := $(LAB)/bin/python
 CAMPAIGN ?= embedded
 DATA ?= data
 MODEL_DIR := models/tiny-qwen3-moe
-# GSM8K and IFEval are read from a dataset directory (sha256-checked), never committed. Beside a checkout that has
-# ../shared/datasets (this project's CI), use it; elsewhere set OFFLOAD_LAB_DATASETS or let the quality runner
-# download the pinned files.
-ifneq ($(wildcard ../shared/datasets),)
-export OFFLOAD_LAB_DATASETS ?= $(abspath ../shared/datasets)
-endif
+# GSM8K and IFEval ship inside the package (src/offload_lab/resources/third_party/datasets/, unmodified, under their
+# own licences): nothing here downloads them or reads a directory beside the checkout.
 
 .PHONY: run test lab-env server-env sky-env envs model campaign paper paper-reference bench-data clean help
 

@@ -7,6 +7,7 @@ the boots fixture can add a boot that ran out of memory. Nothing here needs a se
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -297,3 +298,132 @@ def copy_paper_sources(dst_root: Path) -> Path:
         shutil.copytree(src, dst_root / rel, ignore=shutil.ignore_patterns("_generated", ".gitignore"))
     shutil.copy2(REPO_ROOT / "_quarto.yml", dst_root / "_quarto.yml")
     return dst_root
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A whole campaign's fixture, for campaigns that need a GPU (tests/test_journey_papers.py)
+# --------------------------------------------------------------------------------------------------------------------
+
+TEMPLATE_CAMPAIGN = "embedded"  # committed runs that real notebooks wrote: the shape every fixture run copies
+FIXTURE_NOTE = ("test fixture: the files are a committed run of the embedded campaign (tiny random-weight model on a "
+                "CPU), copied under the parameters this campaign file declares; no number in them is this campaign's")
+
+
+def _ok_runs(root: Path, campaign: str, experiment: str) -> list[Path]:
+    return sorted(r for r in runs.iter_runs(root, campaign, experiment) if runs.load_manifest(r).get("outcome") == "ok")
+
+
+def _templates(experiment: str, kind: str) -> list[Path]:
+    """The committed runs a fixture of ``experiment`` copies: every ok run of the same name in the embedded
+    campaign (repeated boots stay a set of boots), else the newest ok run written by the same notebook."""
+    data = REPO_ROOT / "data"
+    same = _ok_runs(data, TEMPLATE_CAMPAIGN, experiment)
+    if same:
+        return same
+    by_kind = [r for r in runs.iter_runs(data, TEMPLATE_CAMPAIGN) if runs.load_manifest(r).get("outcome") == "ok"
+               and Path(str((runs.load_manifest(r).get("notebook") or {}).get("path", ""))).stem == kind]
+    return sorted(by_kind, key=lambda p: p.name)[-1:]
+
+
+def _copy_run(template: Path, data_root: Path, campaign: str, experiment: str, parameters: dict | None,
+              source: str) -> Path:
+    dest = data_root / campaign / experiment / template.name  # same run id: runs that name other runs still agree
+    shutil.copytree(template, dest)
+    manifest = runs.load_manifest(dest)
+    manifest.update(campaign=campaign, experiment=experiment,
+                    fixture={"note": FIXTURE_NOTE, "copied_from": template.relative_to(REPO_ROOT).as_posix(),
+                             "parameters_from": source})
+    if parameters is not None:
+        old = manifest.get("parameters") or {}
+        manifest["parameters"] = parameters
+        _conform(dest, Path(str((manifest.get("notebook") or {}).get("path", ""))).stem, old, parameters)
+    manifest["files"] = runs.hash_files(dest)
+    runs.write_manifest(dest, manifest)
+    return dest
+
+
+def _conform(run_dir: Path, kind: str, old: dict, new: dict) -> None:
+    """Make a copied run's files answer the parameters it now carries, through the experiment's own summaries:
+    context lengths and concurrency regimes are what the paper looks up by the parameters."""
+    import numpy as np
+
+    if kind == "context" and new.get("context_lengths"):
+        from offload_lab.experiments.context import runner as context
+
+        events = runs.read_events(run_dir / "events.jsonl")
+        have = sorted({e["context_tokens"] for e in events if "context_tokens" in e})
+        out = []
+        for n in new["context_lengths"]:
+            nearest = min(have, key=lambda h: abs(np.log(h / n)))  # the template length nearest on a log scale
+            out += [{**e, "context_tokens": n} for e in events if e.get("context_tokens") == nearest]
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in out), encoding="utf-8")
+        context.summarize(out).to_csv(run_dir / "summary.csv", index=False)
+    elif kind == "concurrency" and isinstance(new.get("regimes"), dict) and (run_dir / "regimes.csv").is_file():
+        kinds = {name: spec.get("regime") for name, spec in (old.get("regimes") or {}).items()}
+        tables, verdicts = [], {}
+        for name, spec in new["regimes"].items():
+            template = next(t for t, k in kinds.items() if k == spec.get("regime"))
+            if not (run_dir / name).exists():
+                shutil.copytree(run_dir / template, run_dir / name)
+            table = concurrency.summarize_run_regime(run_dir, name, float(new.get("bar_tok_s", 40.0)))
+            verdicts[name] = {**concurrency.sweep_verdict(table, float(new.get("bar_tok_s", 40.0)),
+                                                          float(new.get("margin", 0.10))), "regime": name}
+            tables.append(table)
+        for t in set(kinds) - set(new["regimes"]):
+            shutil.rmtree(run_dir / t)
+        pd.concat(tables, ignore_index=True).to_csv(run_dir / "regimes.csv", index=False)
+        (run_dir / "verdicts.json").write_text(json.dumps(verdicts, indent=2), encoding="utf-8")
+
+
+def _run_analysis(data_root: Path, campaign: str, experiment: str, kind: str, parameters: dict,
+                  source: str) -> Path | None:
+    """An experiment that reads other runs rather than a server (``run_experiment(run, data_root, campaign,
+    params)``: capacity, cost) runs for real on the fixture's runs, as its notebook would call it."""
+    import inspect
+
+    from offload_lab.paper.discovery import experiment_module
+
+    runner, params = experiment_module(kind, "runner"), experiment_module(kind, "params")
+    fn = getattr(runner, "run_experiment", None)
+    if fn is None or params is None or list(inspect.signature(fn).parameters)[:3] != ["run", "data_root", "campaign"]:
+        return None
+    p = params.Params.model_validate(parameters)
+    run = runs.new_run(data_root, campaign, experiment, p.model_dump(mode="json"), notebook=f"notebooks/{kind}.ipynb",
+                       fixture={"note": "test fixture: computed by the experiment's runner from the fixture's runs",
+                                "parameters_from": source})
+    fn(run, data_root, campaign, p)
+    run.finish("ok")
+    return run.path
+
+
+def make_gpu_campaign(data_root: Path, campaign: str) -> dict[str, list[str]]:
+    """Fixture runs for every experiment that the campaign files named ``campaign`` declare, plus its boots.
+
+    A measured experiment copies committed runs of the embedded campaign (the exact files a real notebook writes)
+    and takes the parameters its campaign file declares, so the paper selects it; one that computes from other runs
+    runs its own code on them. Each manifest says it is a fixture and where it came from. Returns what was made and
+    what had nothing to copy (by experiment), so the test can say so.
+    """
+    from offload_lab.paper.selection import campaign_files
+
+    made: dict[str, list[str]] = {"copied": [], "computed": [], "no_template": []}
+    analyses = []
+    for path, spec in campaign_files(REPO_ROOT, campaign):
+        source = path.relative_to(REPO_ROOT).as_posix()
+        for e in spec.get("experiments") or []:
+            name, kind = str(e["experiment"]), Path(str(e.get("notebook", ""))).stem
+            if (data_root / campaign / name).exists():
+                continue
+            if e.get("needs_server") is False and _templates(name, kind) == []:
+                analyses.append((name, kind, e.get("parameters") or {}, source))
+                continue
+            templates = _templates(name, kind)
+            for t in templates:
+                _copy_run(t, data_root, campaign, name, e.get("parameters") or {}, source)
+            made["copied" if templates else "no_template"].append(name)
+    for t in _ok_runs(REPO_ROOT / "data", TEMPLATE_CAMPAIGN, "boots"):
+        _copy_run(t, data_root, campaign, "boots", None, "the embedded campaign's boots")
+    for name, kind, parameters, source in analyses:
+        done = _run_analysis(data_root, campaign, name, kind, parameters, source)
+        made["computed" if done else "no_template"].append(name)
+    return made

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,11 +12,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def datasets_dir() -> Path:
-    """$OFFLOAD_LAB_DATASETS, else ../shared/datasets beside the repository (where CI lays shared/)."""
-    env = os.environ.get("OFFLOAD_LAB_DATASETS")
-    path = Path(env) if env else REPO_ROOT.parent / "shared" / "datasets"
-    assert (path / "gsm8k" / "test.jsonl").is_file(), (
-        f"no dataset directory at {path}: set OFFLOAD_LAB_DATASETS to the directory holding gsm8k/ and ifeval/")
+    """The GSM8K and IFEval files the package ships (a directory of the same layout as one --datasets names)."""
+    from offload_lab.quality import data
+
+    path = data.shipped_dir()
+    assert (path / "gsm8k" / "test.jsonl").is_file(), f"offload-lab's shipped data files are missing from {path}"
     return path
 
 

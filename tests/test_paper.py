@@ -281,8 +281,8 @@ def test_a_changed_file_of_another_experiment_fails_naming_it(tmp_path: Path) ->
 
 
 def test_a_cross_reference_to_no_figure_fails(repo: Path, data: Path, tmp_path: Path) -> None:
-    _edit_qmd(repo, "(@fig-context-tpot)", "(@fig-nothing)")
-    with pytest.raises(AuditError, match="@fig-nothing"):
+    qmd, line = _edit_qmd(repo, "(@fig-context-tpot)", "(@fig-nothing)")
+    with pytest.raises(InputError, match=rf"{qmd.name}:{line}: @fig-nothing"):
         paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
 
 

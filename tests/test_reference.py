@@ -137,6 +137,28 @@ def test_transcription_is_checked_against_the_summary(tmp_path):
     assert published.check_source(t.model_copy(update={"source": str(tmp_path / "gone.md")}), ROOT) is False
 
 
+def test_an_absent_summary_is_recorded_as_unchecked_and_the_paper_says_so(tmp_path):
+    """Where the published summary is not on the machine (it is not part of the project), the transcription still
+    runs: the run records source_checked false, and the claim the paper's first page reads says "no"."""
+    from offload_lab.experiments.published.claims import SECTION
+
+    t = published.load_transcription(STUDY)
+    moved = tmp_path / "study.yaml"
+    moved.write_text(STUDY.read_text(encoding="utf-8").replace(f"source: {t.source}\n",
+                                                             f"source: {tmp_path / 'gone.md'}\n", 1))
+    assert published.load_transcription(moved).source == str(tmp_path / "gone.md")
+    run = runs.new_run(tmp_path / "data", "reference", published.EXPERIMENT, {})
+    assert published.transcribe(run, moved, ROOT)["source_checked"] is False
+    run.finish("ok")
+    assert runs.load_manifest(run.path)["provenance"]["source_checked"] is False
+    got = claims.resolve_claims("reference", tmp_path / "data", ROOT,
+                                registry={"pub.source_checked": SECTION["pub.source_checked"]})
+    assert got["pub.source_checked"].text == "no"
+    paper = (ROOT / "paper" / "paper.qmd").read_text(encoding="utf-8")
+    assert '{.when claim="pub.source_checked" equals="no"}' in paper
+    assert '{.when claim="pub.source_checked" equals="yes"}' in paper
+
+
 def test_bad_transcription_rejected(tmp_path):
     data = yaml.safe_load(STUDY.read_text())
     data["figures"].append(dict(data["figures"][0]))

@@ -12,6 +12,7 @@ from pypdf import PdfReader
 
 from offload_lab.paper import claims
 from offload_lab.experiments.capacity import claims as claims_capacity
+from offload_lab.experiments.capacity import claims_sources
 from offload_lab.experiments.capacity import figures as figures_capacity
 from offload_lab.paper import build as paper
 from offload_lab.core import runs
@@ -26,7 +27,7 @@ def test_section_has_no_typed_numeral_and_uses_only_its_own_claims():
     assert paper.lint_source([SECTION]) == []
     used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", SECTION.read_text()))
     # Its own claims, and published figures printed as they are (pub.*: experiments/published/claims.py).
-    own = set(claims_capacity.SECTION) | {n for n in used if n.startswith("pub.")}
+    own = set(claims_capacity.SECTION) | set(claims_sources.SECTION) | {n for n in used if n.startswith("pub.")}
     assert used <= own, sorted(used - own)
     assert set(ISSUE_CLAIMS) <= used
 
@@ -69,3 +70,21 @@ def test_section_builds_from_the_reference_data_and_passes_the_audit(tmp_path, s
         assert c.status == "ok" and c.text in body, name
     assert "How many developers, at what cost" in body and "transcribed with their sources" in body
     assert {n for n, r in built.figures.items() if r is not None} >= set(figures_capacity.SECTION)
+
+
+def test_embedded_section_is_computed_from_the_embedded_runs_and_labelled(tmp_path):
+    data = ROOT / "data"
+    if runs.latest_run(data, "embedded", "cost") is None:
+        pytest.skip("no embedded capacity and cost runs")
+    repo = _only_this_section(tmp_path)
+    built = paper.build_paper("embedded", data, out_dir=tmp_path / "out", repo_root=repo, use_quarto=False)
+    resolved = claims.ClaimSet.read(built.claims_json)
+    body = " ".join(" ".join((p.extract_text() or "").split()) for p in PdfReader(str(built.pdf)).pages)
+    assert resolved["capacity.source"].text == "measured"
+    assert "Meaningless for any real model" in body and "transcribed with their sources" not in body
+    # The runs it names are the embedded campaign's own agent_turns and context runs, as the paper selects them.
+    for name, exp in (("capacity.streams_run", "agent_turns"), ("capacity.prefill_run", "context")):
+        run_id = resolved[name].text
+        assert (data / "embedded" / exp / run_id).is_dir() and run_id in body
+    for name in ISSUE_CLAIMS + ("capacity.published_pod_output_tok_s", "volume.pod_output_tok_s"):
+        assert resolved[name].status == "ok" and resolved[name].text in body, name

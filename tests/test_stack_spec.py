@@ -105,7 +105,9 @@ def test_the_study_stacks_say_what_is_not_pinned():
         assert all("todo:" in u for u in items), items  # every gap says what is missing
         assert st.spec.price is not None and st.spec.price.source
     pod = stack.load_stack(ROOT / "configs/stacks/study-pod.yaml", root=ROOT)
-    assert stack.server_env(pod)["EXL3_HOST_EXPERTS"] == str(ROOT / "plans/study-gen30.json")
+    # The patch gets the plan in the format it reads, written beside offload-lab's own.
+    assert stack.server_env(pod)["EXL3_HOST_EXPERTS"] == str(ROOT / "plans/study-gen30.dsv41-host-plan.json")
+    assert pod.source_plan_path == ROOT / "plans/study-gen30.json" and pod.spec.plans.format == "dsv41-host-plan"
     cmd = stack.server_command(pod, "h", 1)
     for flag in ("--tensor-parallel-size", "--block-size", "--max-model-len", "--speculative-config",
                  "--gpu-memory-utilization"):

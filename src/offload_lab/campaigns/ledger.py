@@ -64,8 +64,10 @@ class Session:
     _t0_ns: int
     ended: bool = False
 
-    def end(self, outcome: str, runs_made: list[str] | None = None, error: str | None = None) -> dict[str, Any]:
-        """Append the session's end line and return it (once; a second call returns the same figures again)."""
+    def end(self, outcome: str, runs_made: list[str] | None = None, error: str | None = None,
+            **facts: Any) -> dict[str, Any]:
+        """Append the session's end line and return it (once; a second call returns the same figures again).
+        ``facts`` go into the line too (the runner's: the experiments that failed and those it skipped)."""
         seconds = (time.monotonic_ns() - self._t0_ns) / 1e9
         minutes = seconds / 60.0
         cost = None
@@ -82,6 +84,7 @@ class Session:
             "outcome": outcome,
             "error": error,
             "runs": list(runs_made or []),
+            **facts,
         }
         if not self.ended:
             _append(self.path, line)

@@ -3,7 +3,10 @@
 One :class:`Progress` per campaign. The runner calls :meth:`Progress.experiment` before a notebook, hands the same
 object to :func:`offload_lab.campaigns.execute.execute_notebook` as its ``watcher`` (nbclient's ``on_cell_execute`` /
 ``on_cell_executed`` hooks, and the kernel's stdout), calls :meth:`Progress.done` after it, and :meth:`Progress.summary`
-at the end. :meth:`Progress.log` replaces ``print`` for the runner's own lines (server ready, boot attempts).
+at the end. :meth:`Progress.log` replaces ``print`` for the runner's own lines (server ready, boot attempts), and
+:meth:`Progress.not_run` shows an experiment that ran no notebook: skipped (a dependency failed) or failed before it
+(its server did not start). The summary lists every experiment with its outcome, run and the error's first line (a
+skip's: why); in ``json`` mode it also carries ``failed`` and ``skipped`` lists.
 
 Counts inside a notebook (levels, requests, items) come from the lines the experiment's library prints, in one
 convention: ``LABEL: DONE/TOTAL UNIT ...``, e.g. ``side local: 25/48 items answered`` or ``regime short: 2/3 levels``.
@@ -41,6 +44,17 @@ class ExperimentRecord:
     seconds: float | None = None
     error: str | None = None
     started: float = field(default=0.0, repr=False)
+
+
+def _first(text: Any) -> str:
+    """An error's first line (marked when cut): the summary's one line per experiment."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return "" if not lines else lines[0] + (" \u2026" if len(lines) > 1 else "")
+
+
+def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"experiment": row.get("experiment"), "outcome": row.get("outcome"), "run": row.get("run"),
+            "error": _first(row["error"]) if row.get("error") else None}
 
 
 def _cell_words(cell: Any) -> str:
@@ -148,6 +162,25 @@ class Progress:
         self._counts, self._task = {}, None
         return rec
 
+    def not_run(self, name: str, outcome: str, reason: str | None, run: str | None = None) -> ExperimentRecord:
+        """An experiment that ran no notebook: ``skipped`` (``reason``: which dependency failed) or ``failed`` before
+        its notebook (its server did not start; ``run``: that boot's run)."""
+        rec = ExperimentRecord(name, 0, None, run, outcome=outcome, seconds=None, error=reason)
+        self.records.append(rec)
+        if self.mode == "json":
+            self._emit("skipped" if outcome == "skipped" else "done", experiment=name, outcome=outcome, run=run,
+                       error=reason, cells=0, cells_done=0, seconds=None)
+        elif self._rich is not None:
+            mark = "-" if outcome == "skipped" else "\u2717"
+            task = self._rich.add_task(f"{mark} {name}", total=1, status=f"{outcome}: {reason or ''}"[:80],
+                                       unit="cells")
+            self._rich.stop_task(task)
+            if self._overall is not None:
+                self._rich.advance(self._overall)
+        else:
+            self._line(f"{name}: {outcome}" + (f": {reason}" if reason else ""))
+        return rec
+
     def summary(self, results: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """The last thing printed: every experiment with its outcome, time and run; returns the rows.
 
@@ -157,11 +190,15 @@ class Progress:
             {k: (round(v, 3) if k == "seconds" and v is not None else v) for k, v in asdict(r).items()
              if k != "started"} for r in self.records]
         ok = sum(1 for r in rows if r.get("outcome") == "ok")
+        failed = [r for r in rows if r.get("outcome") in ("failed", "stopped")]
+        skipped = [r for r in rows if r.get("outcome") == "skipped"]
         total = time.monotonic() - self._t0
         head = (f"campaign {self.campaign}: " if self.campaign else "") + \
-            f"{ok} of {len(rows)} experiment(s) ok in {total:.0f} s"
+            f"{ok} of {len(rows)} experiment(s) ok" + (f", {len(failed)} failed" if failed else "") + \
+            (f", {len(skipped)} skipped" if skipped else "") + f" in {total:.0f} s"
         if self.mode == "json":
-            self._emit("summary", campaign=self.campaign, ok=ok, experiments=rows, seconds=round(total, 3))
+            self._emit("summary", campaign=self.campaign, ok=ok, experiments=rows, seconds=round(total, 3),
+                       failed=[_brief(r) for r in failed], skipped=[_brief(r) for r in skipped])
             return rows
         self.close()
         if self.mode == "rich":
@@ -171,7 +208,8 @@ class Progress:
             for r in rows:
                 secs = f"{r['seconds']:.0f} s" if isinstance(r.get("seconds"), (int, float)) else "-"
                 self._line(f"  {r['experiment']}: {r.get('outcome')} ({secs})"
-                           + (f" {r['run']}" if r.get("run") else "") + (f": {r['error']}" if r.get("error") else ""))
+                           + (f" {r['run']}" if r.get("run") else "") + (f": {_first(r['error'])}"
+                                                                         if r.get("error") else ""))
         return rows
 
     def close(self) -> None:

@@ -14,8 +14,12 @@ variant is valid), then:
    same variant share one. With ``repeat_boots: k`` the server is booted k times and every server experiment runs
    after each boot (manifests say which boot); notebooks that need no server run once, after the last boot.
 
-A notebook that fails leaves its run marked ``failed`` with the output notebook kept, and stops the campaign with a
-non-zero exit.
+A notebook that fails (or is ended by its stop rule) leaves its run marked ``failed`` (``stopped``) with the output
+notebook kept; a server that does not start fails the experiments on that variant. The campaign goes on with every
+experiment that does not depend on a failed one (``after:`` and what the parameters read:
+:mod:`offload_lab.campaigns.depends`), records the others as skipped, and ends by raising
+:class:`~offload_lab.campaigns.depends.CampaignFailed` (exit 4) naming each failure and skip. ``fail_fast`` stops at the
+first failure instead. A signal (Ctrl-C, SIGTERM, SIGHUP) always stops the whole campaign.
 """
 
 from __future__ import annotations
@@ -29,18 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from offload_lab.server import boots as bootsmod
 from offload_lab.core import environment
-from offload_lab.campaigns import ledger
-from offload_lab.campaigns.execute import execute_notebook, executed_cells
+from offload_lab.campaigns import depends, ledger
+from offload_lab.campaigns.depends import dependencies, experiment_params  # noqa: F401  (callers use both here)
 from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers, run_boot_attempts  # noqa: F401  (run_boot_attempts: callers)
+from offload_lab.campaigns.steps import BOOTS, OUTPUT_NOTEBOOK, Step, outcome_of  # noqa: F401  (OUTPUT_NOTEBOOK)
 from offload_lab.core import inputs, paths, runs, signals
 from offload_lab.server import stack as stackmod
 from offload_lab.core.errors import InputError
 from offload_lab.server.spec import StackOverride
-from offload_lab.experiments.notebook import RUNNER_PARAMETERS, has_params_model, kind_of_notebook, validate_params
+from offload_lab.experiments.notebook import RUNNER_PARAMETERS
 
-OUTPUT_NOTEBOOK = "notebook.ipynb"
-BOOTS = "boots"
 
 
 class ExperimentSpec(BaseModel):
@@ -55,6 +58,9 @@ class ExperimentSpec(BaseModel):
     stack: str | None = Field(None, description="another stack file for this experiment's server")
     override: StackOverride | None = Field(None, description="a variant of the stack for this experiment's server")
     variant: str | None = Field(None, description="a name for the variant, recorded in manifests")
+    after: list[str] = Field(default_factory=list,
+                             description="experiments of this file whose runs this one reads, beyond what its "
+                                         "parameters say: it is skipped when one of them fails in the session")
 
 
 class TopologyPolicy(BaseModel):
@@ -111,6 +117,9 @@ class CampaignFile(BaseModel):
         if any(e.experiment == BOOTS for e in self.experiments):
             raise ValueError("experiment name 'boots' is the runner's own (server starts); list boot attempts "
                              "under `boots:`")
+        problem = depends.after_problem(exps, {e.experiment: e.after for e in self.experiments})
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -136,6 +145,8 @@ class Campaign:
 class CampaignResult:
     campaign: str
     runs: list[Path] = field(default_factory=list)
+    # How each experiment ended, in the order they came up (skipped ones and servers that did not start included).
+    outcomes: list[depends.ExperimentOutcome] = field(default_factory=list)
     boot_run: Path | None = None
     boot_runs: list[Path] = field(default_factory=list)
     boot_attempts: list[dict[str, Any]] = field(default_factory=list)
@@ -143,6 +154,14 @@ class CampaignResult:
     topology: dict[str, Any] | None = None
     seconds: float = 0.0
     data_root: Path | None = None  # where the runs went (relative --data-dir is taken from the repository root)
+
+    @property
+    def failures(self) -> list[depends.ExperimentOutcome]:
+        return depends.failures(self.outcomes)
+
+    @property
+    def skipped(self) -> list[depends.ExperimentOutcome]:
+        return depends.skips(self.outcomes)
 
 
 def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
@@ -190,16 +209,12 @@ def validate(campaign: Campaign) -> None:
                 f"notebook {exp.notebook} does not declare (it declares {sorted(declared)})"
             )
         experiment_params(campaign, exp)
+    problem = depends.graph_problem([e.experiment for e in campaign.spec.experiments], dependencies(campaign))
+    if problem is None:
+        problem = depends.repeat_order_problem(campaign)
+    if problem:
+        raise InputError(f"campaign file {campaign.file}: {problem}")
     _validate_stacks(campaign)
-
-
-def experiment_params(campaign: Campaign, exp: ExperimentSpec) -> dict[str, Any]:
-    """The experiment's parameters as its Params model validates them: what manifests record and claims read."""
-    kind = kind_of_notebook(exp.notebook)
-    if not has_params_model(kind):
-        return dict(exp.parameters)
-    where = f"campaign file {campaign.file}, experiment {exp.experiment}"
-    return validate_params(kind, exp.parameters, where).model_dump(mode="json")
 
 
 def _validate_stacks(campaign: Campaign) -> None:
@@ -261,9 +276,13 @@ def run_campaign(
     only: list[str] | None = None,
     log: Callable[[str], None] | None = None,
     progress: Progress | None = None,
+    fail_fast: bool = False,
 ) -> CampaignResult:
     """Run a campaign's boot attempts and experiments; see the module docstring. ``progress`` shows experiments,
-    cells and the notebooks' counts as they run (its ``log`` replaces ``log``)."""
+    cells and the notebooks' counts as they run (its ``log`` replaces ``log``).
+
+    Returns the result when every experiment ran ok; raises :class:`depends.CampaignFailed` (its ``result`` attached)
+    after running all it could when some failed, or, with ``fail_fast``, the first failure's own error at once."""
     started = time.monotonic()
     if log is None:
         log = progress.log if progress is not None else print
@@ -282,6 +301,10 @@ def run_campaign(
     do_boots = bool(spec.boots) and (not only or BOOTS in only)
     if url and spec.repeat_boots > 1:
         raise InputError("repeat_boots needs the campaign to start its own server; leave out --url")
+    own = [e.experiment for e in experiments if url and e.needs_server and (e.stack or e.override)]
+    if own:  # said before anything runs, not when the campaign reaches them
+        raise InputError(f"experiment(s) {own} run on their own server variant; run without --url, or leave them out "
+                         "with --only")
     if url and do_boots:
         log("boot attempts skipped: --url uses a server that is already running")
         do_boots = False
@@ -295,13 +318,19 @@ def run_campaign(
             only=only, url=url is not None,
         )
         result.session = session.id
-    outcome, error = "failed", None
+    outcome, error, failed = "failed", None, None
+    tracker = depends.Tracker(dependencies(campaign), {e.experiment for e in experiments}, result.outcomes)
     try:
         with signals.stopping_on_signals():
-            _run_session(campaign, experiments, data_root, url, port, env, do_boots, log, result, progress)
-        outcome = "ok"
+            _run_session(campaign, experiments, data_root, url, port, env, do_boots, log, result, progress,
+                         tracker, fail_fast)
+        if result.failures:
+            failed = depends.CampaignFailed(result, result.outcomes)
+            error = depends.first_line(str(failed))
+        else:
+            outcome = "ok"
     except BaseException as e:
-        outcome = "stopped" if isinstance(e, (KeyboardInterrupt, _Refused)) else _outcome_of(e)
+        outcome = "stopped" if isinstance(e, (KeyboardInterrupt, _Refused)) else outcome_of(e)
         error = signals.reason_of(e.__cause__ if isinstance(e, _Refused) else e)
         if isinstance(e, _Refused):
             raise e.__cause__ from None
@@ -309,7 +338,10 @@ def run_campaign(
     finally:
         result.seconds = time.monotonic() - started
         if session is not None:
-            session.end(outcome, [str(r) for r in result.boot_runs + result.runs], error)
+            session.end(outcome, [str(r) for r in result.boot_runs + result.runs], error,
+                        failures=[o.record() for o in result.failures], skipped=[o.record() for o in result.skipped])
+    if failed is not None:
+        raise failed
     return result
 
 
@@ -319,7 +351,8 @@ class _Refused(Exception):
 
 def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
                  port: int | None, env: dict[str, Any], do_boots: bool, log: Callable[[str], None],
-                 result: CampaignResult, progress: Progress | None = None) -> None:
+                 result: CampaignResult, progress: Progress | None, tracker: depends.Tracker,
+                 fail_fast: bool) -> None:
     spec = campaign.spec
     try:
         result.topology = topology_check(spec.topology, env)
@@ -331,7 +364,9 @@ def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_roo
     if do_boots:
         result.boot_attempts = run_boot_attempts(campaign, data_root, port, env, marks, log)
         result.boot_runs += [Path(r["run"]) for r in result.boot_attempts]
-    _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result, progress)
+    _run_experiments(campaign, experiments, data_root, url, port, env, marks, log, result,
+                     Step(campaign, data_root, env, log, marks, result, progress, tracker, fail_fast,
+                          Servers(campaign, data_root, url, port, env, marks, log)))
 
 
 def _price(campaign: Campaign) -> dict[str, Any] | None:
@@ -344,93 +379,29 @@ def _price(campaign: Campaign) -> dict[str, Any] | None:
 
 def _run_experiments(campaign: Campaign, experiments: list[ExperimentSpec], data_root: Path, url: str | None,
                      port: int | None, env: dict[str, Any], marks: dict[str, Any], log: Callable[[str], None],
-                     result: CampaignResult, progress: Progress | None = None) -> None:
+                     result: CampaignResult, step: Step) -> None:
+    """Every experiment in the file's order (under repeat_boots: the server ones after each boot, then the others);
+    ``step`` runs each, records how it ended and, unless fail_fast, goes on."""
     k = campaign.spec.repeat_boots
-    servers = Servers(campaign, data_root, url, port, env, marks, log)
+    servers = step.servers
     try:
         if k == 1:
             for exp in experiments:
-                info = servers.get(exp, 0, 1) if exp.needs_server else servers.current()
-                _run_one(campaign, exp, data_root, info, env, log, marks, (0, 1), result.runs, progress)
+                step.run(exp, (0, 1))
         else:
             for i in range(k):
                 for exp in (e for e in experiments if e.needs_server):
-                    info = servers.get(exp, i, k)
-                    _run_one(campaign, exp, data_root, info, env, log, marks, (i, k), result.runs, progress)
-                # The next round starts from a fresh boot, even on the same variant.
+                    step.run(exp, (i, k))
+                # The next round starts from a fresh boot, even on the same variant (one that failed is tried again).
                 servers.close()
+                step.dead_servers.clear()
             for exp in (e for e in experiments if not e.needs_server):
-                _run_one(campaign, exp, data_root, {}, env, log, marks, (None, k), result.runs, progress)
+                step.run(exp, (None, k))
     finally:
         servers.close()
-        result.boot_runs += servers.boot_runs
+        # (a server that did not start is listed already, by the step that tried it)
+        result.boot_runs += [r for r in servers.boot_runs if r not in result.boot_runs]
         if servers.boot_runs:
             result.boot_run = servers.boot_runs[0]
 
 
-def _run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: dict[str, Any],
-             env: dict[str, Any], log: Callable[[str], None], marks: dict[str, Any] | None = None,
-             boot: tuple[int | None, int] = (0, 1), started: list[Path] | None = None,
-             progress: Progress | None = None) -> Path:
-    nb = campaign.notebook_path(exp)
-    marks = marks or {}
-    validated = experiment_params(campaign, exp)
-    run = runs.new_run(
-        data_root, campaign.spec.name, exp.experiment, validated,
-        kind=kind_of_notebook(exp.notebook),
-        environment=env,
-        notebook={"path": str(nb.relative_to(campaign.root)) if nb.is_relative_to(campaign.root) else str(nb),
-                  "sha256": runs.sha256_file(nb), "output": OUTPUT_NOTEBOOK},
-        campaign_file={"path": str(campaign.file), "sha256": runs.sha256_file(campaign.file)},
-        server={k: v for k, v in server.items() if k != "stack"},
-        stack=server.get("stack"),
-        boot={"index": boot[0], "of": boot[1], "run": server.get("boot_run")},
-        host_load={"start": environment.host_load()},
-        **marks,
-    )
-    if started is not None:
-        started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
-    # Every parameter, validated, so that one the campaign file leaves out takes the model's default, never the
-    # notebook's (whose parameters cell shows the embedded campaign's values).
-    params = {**validated, "base_url": server.get("url"), "run_dir": str(run.path),
-              "campaign": campaign.spec.name, "data_root": str(data_root)}
-    if progress is not None:
-        progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))
-    else:
-        log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
-    sampler = environment.LoadSampler()
-    try:
-        with sampler:
-            execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root, watcher=progress)
-    except BaseException as e:
-        _finish(run, _outcome_of(e), sampler, error=signals.reason_of(e))
-        if progress is not None:
-            progress.done(_outcome_of(e), signals.reason_of(e))
-        raise
-    _finish(run, "ok", sampler)
-    if progress is not None:
-        progress.done("ok")
-    return run.path
-
-
-def _finish(run: runs.Run, outcome: str, sampler: environment.LoadSampler, error: str | None = None) -> None:
-    # How busy the machine was while the notebook measured: another server or test run on the same CPUs makes a
-    # measurement incomparable, and the manifest should say so.
-    current = _reload(run)
-    load = dict(current.manifest.get("host_load") or {})
-    load["end"] = environment.host_load()
-    load["during"] = sampler.summary()
-    current.finish(outcome, error=error, host_load=load)
-
-
-def _reload(run: runs.Run) -> runs.Run:
-    """The notebook may have added facts to the manifest (run.update); finish from what is on disk."""
-    return runs.attach_run(run.path)
-
-
-def _outcome_of(e: BaseException) -> str:
-    # A sweep ended by its declared stop rule is a stopped run, not a broken notebook.
-    cause = e.__cause__
-    if isinstance(e, KeyboardInterrupt) or getattr(cause, "ename", None) == "SweepStopped":
-        return "stopped"
-    return "failed"

@@ -89,56 +89,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- campaign ----------------------------------------------------------------------------------------------------
-
-def cmd_campaign_run(args: argparse.Namespace) -> int:
-    from offload_lab.campaigns import runner as campaign
-    from offload_lab.core.inputs import check_dir
-
-    from offload_lab.campaigns.progress import Progress
-
-    check_dir(args.data_dir, "--data-dir")  # before any server is started or reached
-    only = [x for x in args.only.split(",") if x] if args.only else None
-    c = campaign.load_campaign(args.file)
-    count = len([e for e in c.spec.experiments if not only or e.experiment in only])
-    mode = "json" if args.json else "quiet" if args.quiet else "auto"
-    with Progress(mode, campaign=c.spec.name, experiments=count,
-                  file=sys.stdout if args.json else None) as progress:
-        try:
-            result = campaign.run_campaign(c, data_root=args.data_dir, url=args.url, port=args.port,
-                                           only=only, progress=progress)
-        finally:
-            progress.summary()
-    if args.json:
-        return 0
-    print(f"campaign {result.campaign}: {len(result.runs)} experiment(s) in {result.seconds:.0f} s")
-    for a in result.boot_attempts:
-        expected = "" if a["expected"] is None else f" (expected {a['expected']})"
-        print(f"  boot attempt {a['boot']}: {a['outcome']}{expected}: {a['run']}")
-    for r in result.runs:
-        print(f"  data and output notebook: {r}")
-    if result.session:
-        print(f"  ledger session {result.session}: `offload-lab campaign ledger {result.campaign}`")
-    if args.paper:
-        from offload_lab.core import paths
-        from offload_lab.paper import build as paper
-
-        # The data the campaign just wrote and the paper of the same checkout, from any working directory.
-        built = paper.build_paper(campaign=result.campaign, data_root=result.data_root, repo_root=paths.find_root())
-        for label, path in built.outputs().items():
-            print(f"  paper {label}: {path}")
-    return 0
-
-
-def cmd_campaign_check(args: argparse.Namespace) -> int:
-    from offload_lab.campaigns import runner as campaign
-
-    c = campaign.load_campaign(args.file)
-    campaign.validate(c)
-    print(f"campaign file {args.file} is valid: {len(c.spec.experiments)} experiment(s)")
-    return 0
-
-
 # --- runs --------------------------------------------------------------------------------------------------------
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
@@ -292,35 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for readiness (default: the stack file's ready_timeout_s)")
     ps.set_defaults(func=cmd_serve)
 
-    # campaign
-    csub = action_group(sub, "campaign", "run or check a campaign of experiments",
-                        "Campaigns list notebooks and their parameters (configs/campaigns/*.yaml).")
-    pcr = csub.add_parser("run", help="start the stack's server, execute every notebook, stop the server",
-                          description="Execute each experiment's notebook through papermill into a new run "
-                                      "directory data/<campaign>/<experiment>/<run-id>/ with its manifest. A "
-                                      "parameter the notebook does not declare is an error; a failing cell stops "
-                                      "the campaign, keeps the run marked failed, and exits non-zero.")
-    pcr.add_argument("file", help="campaign file, e.g. configs/campaigns/embedded.yaml")
-    pcr.add_argument("--url", type=http_url, default=None,
-                     help="use this running server instead of starting the campaign's stack")
-    pcr.add_argument("--port", type=port_number, default=None, help="port for the server the campaign starts")
-    pcr.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
-    pcr.add_argument("--only", default=None,
-                     help="comma-separated experiment names to run, 'boots' for the boot attempts (default: all)")
-    pcr.add_argument("--paper", action="store_true",
-                     help="when the campaign succeeds, build the paper from its data (as `paper build --campaign`)")
-    shown = pcr.add_mutually_exclusive_group()
-    shown.add_argument("--quiet", action="store_true",
-                       help="plain lines instead of the live display: each experiment as it starts and ends, then a "
-                            "summary (the default when the output is not a terminal)")
-    shown.add_argument("--json", action="store_true",
-                       help="one JSON object per line on stdout for every event (experiment, cell, count, done, "
-                            "summary), for scripts")
-    pcr.set_defaults(func=cmd_campaign_run)
-    pcc = csub.add_parser("check", help="validate a campaign file and its notebooks' parameters without running",
-                          description="Check that every notebook exists and declares every parameter passed.")
-    pcc.add_argument("file", help="campaign file")
-    pcc.set_defaults(func=cmd_campaign_check)
+    # campaign run|check (handlers and help texts in cli/campaign.py)
+    from offload_lab.cli import campaign as campaign_cli
+
+    csub = campaign_cli.add_parsers(sub)
+    from offload_lab.cli import rehearse as rehearse_cli  # campaign rehearse (cli/rehearse.py)
+
+    rehearse_cli.add_parser(csub)
 
     # runs
     rsub = action_group(sub, "runs", "list and verify run directories",

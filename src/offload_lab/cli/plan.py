@@ -59,6 +59,8 @@ def cmd_plan_make(args: argparse.Namespace) -> int:
 def cmd_plan_check(args: argparse.Namespace) -> int:
     from offload_lab.fit import plan as planmod
 
+    if args.format != "offload-lab" or args.written_from:
+        return _check_as(args)
     plan = planmod.read_plan(args.plan)
     ckpt, cls = read(args)
     problems = planmod.check_plan(plan, cls, ckpt)
@@ -73,6 +75,29 @@ def cmd_plan_check(args: argparse.Namespace) -> int:
             print(f"{args.plan}: ok against {ckpt.source} ({len(plan.experts()):,} host experts, "
                   f"{len(plan.host_tensors)} host tensors)")
     return 2 if errors else 0
+
+
+def _check_as(args: argparse.Namespace) -> int:
+    """``plan check FILE SOURCE --format F [--written-from PLAN]``: read FILE as the code that reads F would."""
+    from offload_lab.fit import plan as planmod
+    from offload_lab.fit import plan_formats
+
+    expected = planmod.read_plan(args.written_from) if args.written_from else None
+    ckpt, cls = read(args)
+    n_exp = max((e for _, e in cls.expert_bytes()), default=-1) + 1
+    view = plan_formats.read_as(args.plan, args.format, cls.moe_layers(), n_exp, expected=expected)
+    out = {**view.summary(), "checkpoint": str(ckpt.source), "written_from": args.written_from}
+    if args.json:
+        _print_json(out)
+    else:
+        for problem in view.problems:
+            print(f"{args.plan}: error: {problem}", file=sys.stderr)
+        if view.ok:
+            same = f", exactly the host experts of {args.written_from}" if expected is not None else ""
+            print(f"{args.plan}: ok as {args.format} against {ckpt.source}: the offload part finds "
+                  f"{out['layers_found']} of {out['moe_layers']} MoE layers, {out['host_experts']:,} host experts"
+                  f"{same}")
+    return 0 if view.ok else 2
 
 
 def cmd_plan_show(args: argparse.Namespace) -> int:
@@ -159,6 +184,7 @@ def add_plan_parser(sub: Any) -> None:
     """Register ``plan`` and its actions on ``offload-lab``'s subparsers."""
     from offload_lab.fit.generators import GENERATORS
     from offload_lab.fit.hostplan import FORMAT_NAME
+    from offload_lab.server.plan_spec import PLAN_FORMATS
 
     psub = action_group(sub, "plan", "make, check, show, export or import plan files (which experts go to host RAM)",
                         "Plan files list the (layer, expert) pairs and whole tensors a server keeps in pinned host "
@@ -198,9 +224,17 @@ def add_plan_parser(sub: Any) -> None:
         description="Exit 2, naming each problem, when the plan lists a layer without routed experts, an expert that "
                     "does not exist, or a host tensor that does not exist or belongs to a routed expert (problems "
                     "of one kind are counted, not listed one by one). A different checkpoint layout than the plan "
-                    "was made for is a warning. What reading a plan refuses is in docs/plan-files.md.")
+                    "was made for is a warning. What reading a plan refuses is in docs/plan-files.md. With --format, "
+                    "read the file as the code that reads that format would (for dsv41-host-plan, the host-DMA "
+                    "patch's lookup of each MoE layer) and exit 2 for a key no layer's lookup reaches, an entry that "
+                    "is not a list of integer ids in range, or (--written-from) host experts other than the plan's.")
     pc.add_argument("plan", help="plan file")
     pc.add_argument("source", help="checkpoint (as for audit)")
+    pc.add_argument("--format", choices=PLAN_FORMATS, default="offload-lab",
+                    help="read the file as the code that reads this format would (a stack's plans.format): which "
+                         "MoE layers it finds, which keys it never looks at, ids out of range or repeated")
+    pc.add_argument("--written-from", default=None, metavar="PLAN",
+                    help="the offload-lab plan the file was written from: the host experts must be exactly its")
     pc.add_argument("--json", action="store_true", help="print the problems as JSON")
     add_source_options(pc)
     pc.set_defaults(func=cmd_plan_check)

@@ -25,7 +25,7 @@ def cmd_stack_install(args: argparse.Namespace) -> int:
     plan = install.plan_install(st, skip_preflight=args.skip_preflight, skip_model=args.skip_model)
     if args.dry_run:
         sys.stdout.write(plan.render(allow_unpinned=args.allow_unpinned))
-        return 0
+        return 0 if args.no_checks else _dry_run_checks(st, args)
     record = install.run_install(plan, allow_unpinned=args.allow_unpinned)
     print(f"stack {st.spec.name} installed into {plan.venv}")
     for name, commit in record["commits"].items():
@@ -37,6 +37,27 @@ def cmd_stack_install(args: argparse.Namespace) -> int:
     if record["unpinned"]:
         print("installed with unpinned items (--allow-unpinned); pin them in the stack file from the values above")
     return 0
+
+
+def _dry_run_checks(st: Any, args: argparse.Namespace) -> int:
+    import tempfile
+
+    from offload_lab.server import install
+
+    print("# checks of every file the install would use (no network; plans made in a scratch directory"
+          + (f" from {args.checkpoint})" if args.checkpoint else ")"))
+    with tempfile.TemporaryDirectory(prefix="offload-lab-dry-run-") as work:
+        problems = install.dry_run_checks(st, work, checkpoint=args.checkpoint, log=lambda s: print(f"#   {s}"))
+    for p in problems:
+        print(f"# {p}")
+    errors = [p for p in problems if p.level == "error"]
+    counts = {lvl: len([p for p in problems if p.level == lvl]) for lvl in ("error", "unpinned", "warning")}
+    print(f"# {counts['error']} error(s), {counts['unpinned']} unpinned, {counts['warning']} warning(s)"
+          + ("" if errors else ": a real install finds every file as the stack file says"))
+    if errors:
+        print(f"stack file {args.file}: the dry run found {len(errors)} error(s) a real install would stop at "
+              "(listed above); fix them in the stack file", file=sys.stderr)
+    return 2 if errors else 0
 
 
 def cmd_stack_check(args: argparse.Namespace) -> int:
@@ -56,10 +77,21 @@ def cmd_stack_check(args: argparse.Namespace) -> int:
            "plan": str(st.plan_path) if st.plan_path else None,
            "price": st.spec.price.model_dump() if st.spec.price else None, "unpinned": unpinned,
            "cpus_not_here": cpus_missing}
+    from offload_lab.core.errors import InputError
+    from offload_lab.fit import plan_formats
+
+    out["plan_format"], plan_problems = plan_formats.stack_plan_report(st)
+    if plan_problems:
+        raise InputError(f"stack file {args.file}: the plan the offload part would get is not in the format it "
+                         f"reads or does not cover the model:\n  " + "\n  ".join(plan_problems)
+                         + f"\nrun `offload-lab stack install {args.file}` (it writes each plan as "
+                           f"{out['plan_format']['format']}), or fix the file by hand")
     if args.json:
         _print_json(out)
         return 0
     print(f"stack file {args.file} is valid ({st.spec.name})")
+    if out["plan_format"]:
+        _print_plan_format(out["plan_format"])
     print("  server command: " + " ".join(out["command"]))
     for k, v in out["env"].items():
         print(f"  env {k}={'(unset)' if v is None else v}")
@@ -77,6 +109,27 @@ def cmd_stack_check(args: argparse.Namespace) -> int:
     else:
         print("  every part, patch, download and plan is pinned")
     return 0
+
+
+def _print_plan_format(info: dict[str, Any]) -> None:
+    rb = info["read_by"]
+    who = (f"read by {'patch ' + rb['patch'] + ' of ' if rb.get('patch') else ''}part {rb['part']}" if rb
+           else "its reader not declared (plans.read_by)")
+    known = ("" if info["reader_known"] or not rb
+             else " (offload-lab does not know this reader: format taken as declared)")
+    print(f"  plan format the offload part gets: {info['format']}, {who}, path in ${info['env']}{known}")
+    if info.get("format_provenance"):
+        print(f"    format from: {' '.join(info['format_provenance'].split())}")
+    for name, row in info["files"].items():
+        mark = " (boots with it)" if name == info["use"] else ""
+        state = "present" if row["served_present"] else "not made yet (`stack install` makes it)"
+        line = f"    {name}{mark}: {row['served_path']} [{state}]"
+        if row["served_path"] != row["path"]:
+            line += f", written from {row['path']}"
+        if row.get("checked_against"):
+            line += (f"; read as the offload part would, against {row['checked_against']}: {row['layers_found']} of "
+                     f"{row['moe_layers']} MoE layers found, {row['host_experts']:,} host experts")
+        print(line)
 
 
 # --- boots -------------------------------------------------------------------------------------------------------
@@ -171,19 +224,31 @@ def add_parsers(sub: Any, campaign_sub: Any | None = None) -> None:
                     "--allow-unpinned. Exit status 2 for a refused or invalid stack, 4 for a failed step.")
     pi.add_argument("file", help="stack file, e.g. configs/stacks/study-pod.yaml")
     pi.add_argument("--dry-run", action="store_true",
-                    help="print every command and check it would run, as a shell script, and run nothing")
+                    help="print every command and check it would run, as a shell script, install nothing, and check "
+                         "every file it would use: pins (full commits, exact versions, patch sha256 and receipts, "
+                         "model revisions), patch and requirements files, and the plans, made into a scratch "
+                         "directory and read back in the format the offload part reads; exit 2 on an error")
     pi.add_argument("--allow-unpinned", action="store_true",
                     help="install although parts are unpinned (short commits, no receipts); the install record "
                          "lists what was installed so the stack file can be pinned from it")
     pi.add_argument("--skip-preflight", action="store_true", help="skip the stack's preflight commands (nvidia-smi)")
     pi.add_argument("--skip-model", action="store_true", help="skip downloading the model (already in place)")
+    pi.add_argument("--checkpoint", default=None,
+                    help="with --dry-run: checkpoint (directory or synthetic spec YAML) to try the plan commands on "
+                         "(default: the model if here, else plans.dry_run_checkpoint)")
+    pi.add_argument("--no-checks", action="store_true",
+                    help="with --dry-run: only print the script, without checking the files it would use")
     pi.set_defaults(func=cmd_stack_install)
     pk = ssub.add_parser("check", help="validate a stack file; print its server command, plan, price, unpinned items",
                          description="Load a stack file (following `extends`), validate it, and print the server "
                                      "command it starts, the environment variables it sets (the plan file's among "
-                                     "them), its price and every item that is not pinned.")
+                                     "them), the plan format its offload part gets (plans.format, read by "
+                                     "plans.read_by), its price and every item that is not pinned. Exit 2, naming "
+                                     "the file and what to do, when a plan file present is not in the format the "
+                                     "offload part reads or does not cover the model, when plans.format is not one "
+                                     "that part reads, or when plans.env is not the variable it reads.")
     pk.add_argument("file", help="stack file")
-    finish_parser(pk, cmd_stack_check, json_help="print JSON (keys command, env, plan, price, unpinned)")
+    finish_parser(pk, cmd_stack_check, json_help="print JSON (keys command, env, plan, plan_format, price, unpinned)")
 
     bsub = action_group(sub, "boots", "list a campaign's boots and how each ended",
                         "Boots are data: every server start is a run of experiment 'boots' with its "

@@ -68,8 +68,8 @@ def _check_run_inputs(args: argparse.Namespace) -> None:
     runs.check_name("--campaign", args.campaign)
     check_dir(args.data_dir, "--data-dir")
     if args.datasets is not None and not Path(args.datasets).is_dir():
-        raise InputError(f"--datasets {args.datasets}: no such directory (it holds gsm8k/test.jsonl and "
-                         "ifeval/input_data.jsonl; see docs/quality.md)")
+        raise InputError(f"--datasets {args.datasets}: no such directory (it would hold gsm8k/test.jsonl and "
+                         "ifeval/input_data.jsonl); leave --datasets out to read the copies offload-lab ships")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

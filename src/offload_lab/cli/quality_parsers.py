@@ -116,10 +116,11 @@ def add_parsers(sub: Any) -> None:
                     help="stop: skip the items of an invalid side (default); continue: send them and keep the "
                          "answers, unscored, for diagnosis")
     qr.add_argument("--datasets", default=None,
-                    help="dataset directory with gsm8k/test.jsonl and ifeval/input_data.jsonl "
-                         "(default: $OFFLOAD_LAB_DATASETS); sha256-checked")
+                    help="dataset directory whose gsm8k/test.jsonl and ifeval/input_data.jsonl replace the copies "
+                         "offload-lab ships (default: $OFFLOAD_LAB_DATASETS, else the shipped files); sha256-checked")
     qr.add_argument("--download", action="store_true",
-                    help="download missing GSM8K/IFEval files from their source repositories at the pinned commits")
+                    help="download a data file offload-lab does not ship from its source repository at the pinned "
+                         "commit (GSM8K and IFEval ship with it: never needed for them)")
     finish_parser(qr, cmd_quality_run, campaign="scratch", data_dir=True, json_help="print the result as JSON")
     qc = qsub.add_parser("compare", help="compare two scored sides item by item",
                          description="Copy two sides (from `quality run`) into a new run of experiment quality and "
@@ -157,8 +158,11 @@ def add_parsers(sub: Any) -> None:
     qs.add_argument("--n", type=positive_int, default=None, help="with --write: subset size (default 150, 150, 164)")
     qs.add_argument("--seed", type=nonneg_int, default=20261129,
                     help="with --write: the seed to record (default 20261129)")
-    qs.add_argument("--datasets", default=None, help="dataset directory (default: $OFFLOAD_LAB_DATASETS)")
-    qs.add_argument("--download", action="store_true", help="download missing data files at the pinned commits")
+    qs.add_argument("--datasets", default=None,
+                    help="dataset directory replacing the shipped files (default: $OFFLOAD_LAB_DATASETS, else the "
+                         "files offload-lab ships)")
+    qs.add_argument("--download", action="store_true",
+                    help="download a data file offload-lab does not ship, at its pinned commit")
     finish_parser(qs, cmd_quality_subset, json_help="print JSON")
     qk = qsub.add_parser("selfcheck", help="check the HumanEval scorer: canonical solutions pass, empty ones fail",
                          description="Run the 164 canonical solutions (all must pass) and 164 empty completions "

@@ -18,7 +18,8 @@ MAX_TEAM = 1_000_000
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     from offload_lab.seats import cost
-    from offload_lab.seats.profile import load_profile, profile_timing
+    from offload_lab.seats.profile import profile_timing
+    from offload_lab.seats.usage_export import load_usage
 
     q, q_from = args.q, "--q"
     if args.profile:
@@ -26,7 +27,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             from offload_lab.core.errors import InputError
 
             raise InputError("--profile needs --stream-tok-s, the per-stream output rate to time its tokens at")
-        q = profile_timing(load_profile(args.profile), args.stream_tok_s, args.prefill_tok_s).q
+        q = profile_timing(load_usage(args.profile)[0], args.stream_tok_s, args.prefill_tok_s).q
         q_from = f"profile {args.profile}"
     prices = cost.Prices(args.pod_eur_per_hour, args.seat_eur_per_month,
                          args.hours_per_month if args.hours_per_month is not None else cost.HOURS_PER_MONTH)
@@ -47,17 +48,23 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from offload_lab.seats.profile import load_profile, profile_timing
+    from offload_lab.seats.profile import profile_timing
+    from offload_lab.seats.usage_export import load_usage
 
-    prof = load_profile(args.file)
+    prof, source = load_usage(args.file, args.window_hours, args.sessions)
     timing = profile_timing(prof, args.stream_tok_s, args.prefill_tok_s)
     published = prof.published.model_dump() if prof.published else None
     if args.json:
-        _print_json({"profile": prof.name, "provenance": prof.provenance.model_dump(), "timing": timing.to_dict(),
-                     "published": published})
+        _print_json({"profile": prof.name, "source": source, "provenance": prof.provenance.model_dump(),
+                     "tokens": prof.tokens.model_dump(), "period_days": prof.period_days,
+                     "active_days": prof.active_days, "sessions": prof.sessions, "window_hours": prof.window_hours,
+                     "timing": timing.to_dict(), "published": published})
         return 0
-    print(f"profile {prof.name} ({prof.provenance.kind}: {prof.provenance.source}"
+    print(f"profile {prof.name} ({source['format']}; {prof.provenance.kind}: {prof.provenance.source}"
           f"{', ' + prof.provenance.section if prof.provenance.section else ''}) is valid")
+    if source["format"] != "profile-yaml":
+        print(f"  {prof.active_days:g} active days in {prof.period_days:g}, {prof.sessions} sessions; "
+              f"{prof.provenance.note}")
     print(f"  {timing.hours_generating:.3g} hours generating in {prof.period_days:g} days "
           f"({100 * timing.fraction_of_period:.2f}% of the period); q = {timing.q:.4g} over a window of "
           f"{timing.window_hours_in_period:g} hours")
@@ -82,7 +89,8 @@ def add_parsers(sub: Any) -> None:
     qsrc = pcap.add_mutually_exclusive_group(required=True)
     qsrc.add_argument("--q", type=probability,
                       help="chance a developer is generating at a moment of the window, e.g. 0.071")
-    qsrc.add_argument("--profile", help="usage profile YAML to compute q from (needs --stream-tok-s)")
+    qsrc.add_argument("--profile", help="usage profile YAML or ccusage JSON export to compute q from (needs "
+                                        "--stream-tok-s)")
     pcap.add_argument("--stream-tok-s", type=positive_float, default=None,
                       help="with --profile: output tokens/s per stream to time the profile's tokens at (the bar)")
     pcap.add_argument("--prefill-tok-s", type=positive_float, default=None,
@@ -103,11 +111,20 @@ def add_parsers(sub: Any) -> None:
 
     ppro = sub.add_parser(
         "profile", help="check a usage profile and time it: hours generating, share of the period, q",
-        description="Validate a usage profile (configs/profiles/*.yaml) and compute, at the given per-stream and "
-                    "prefill rates, the hours the developer's agent spends generating, their share of the period, and "
-                    "q, the chance of generating at a moment of the working window. A bad profile (negative tokens, a "
-                    "window longer than a day, ...) exits 2 naming the field.")
-    ppro.add_argument("file", help="usage profile YAML, e.g. configs/profiles/published-week.yaml")
+        description="Validate a usage profile and compute, at the given per-stream and prefill rates, the hours the "
+                    "developer's agent spends generating, their share of the period, and q, the chance of generating "
+                    "at a moment of the working window. FILE is the project's YAML profile (configs/profiles/*.yaml) "
+                    "or your own usage: the JSON of `ccusage daily --json` or `ccusage session --json` (output = "
+                    "outputTokens, new input = inputTokens + cacheCreationTokens, cached reads = cacheReadTokens; the "
+                    "period and active days from the dates). A bad file (neither format, negative tokens, a window "
+                    "longer than a day, ...) exits 2 naming it.")
+    ppro.add_argument("file", help="usage profile YAML, e.g. configs/profiles/published-week.yaml, or a ccusage "
+                                   "daily/session JSON export")
+    ppro.add_argument("--window-hours", type=finite_float(0, 24, low_open=True), default=8.0,
+                      help="for an export: hours of the working window on each active day (an export has none; "
+                           "default 8)")
+    ppro.add_argument("--sessions", type=positive_int, default=None,
+                      help="for a ccusage daily export: sessions in the period (default: one a day)")
     ppro.add_argument("--stream-tok-s", type=positive_float, required=True, help="output tokens/s per stream, e.g. 40")
     ppro.add_argument("--prefill-tok-s", type=positive_float, default=None,
                       help="prefill tokens/s for new input tokens (needed when the profile has some)")

@@ -9,6 +9,8 @@ One import for the pieces, which live along their seams:
 - :mod:`offload_lab.fit.predict`: the predicted cost of a plan (expected host bytes per token, the TPOT lower bound)
   and the study's pod bound;
 - :mod:`offload_lab.fit.hostplan`: the ``host-plan.json`` of the public dsv41 stack, read and written.
+- :mod:`offload_lab.fit.plan_formats`: a writer and a reader per format a stack's offload part reads
+  (``plans.format``), each reader parsing the file as that code would.
 
 docs/plan-files.md is the user's page.
 """

@@ -53,6 +53,7 @@ from offload_lab.paper.pandoc_ast import (
 from offload_lab.paper.provenance import provenance_markdown
 from offload_lab.paper.quarto import render_quarto
 from offload_lab.paper.render import render_fallback
+from offload_lab.paper.xref import Label, check_references, defined_labels, numbered_sections
 from offload_lab.paper.source import (
     GENERATED,
     QMD,
@@ -62,11 +63,12 @@ from offload_lab.paper.source import (
     default_repo_root,
     expand,
     paper_sources,
+    quarto_config,
     read_qmd,
 )
 
 # What the CLI and the tests reach through this module.
-__all__ = ["hook_skipped", "AuditReport", "BuildResult", "GENERATED", "Prepared", "RenderError", "audit", "build_paper",
+__all__ = ["check_sources", "hook_skipped", "AuditReport", "BuildResult", "GENERATED", "Prepared", "RenderError", "audit", "build_paper",
            "lint_source", "paper_sources", "prepare"]
 
 
@@ -78,6 +80,8 @@ class Prepared:
     claims_json: Path
     ast: dict[str, Any]  # the qmd as a pandoc AST, claims in, campaign filter applied, checked
     qmd: Path
+    labels: dict[str, Label] = field(default_factory=dict)  # every label the paper's sources define
+    numbered: bool = False  # number-sections: @sec-x prints "Section N", else the section's title
 
     def __str__(self) -> str:
         return str(self.generated_dir)
@@ -145,6 +149,8 @@ def prepare(
     campaign = campaign or default_campaign(repo, qmd_path)
     data = Path(data_root) if data_root is not None else default_data_root(repo)
     gen = Path(generated_dir) if generated_dir is not None else qmd_path.parent / GENERATED
+    # The sources first: a broken one is wrong whatever the data.
+    labels = check_sources(repo, qmd_path if qmd is not None else None)
     if not (data / campaign).is_dir():
         raise InputError(f"no data for campaign {campaign!r}: {data / campaign} does not exist (see --data-dir)")
     if next(runs.iter_runs(data, campaign), None) is None:
@@ -152,7 +158,6 @@ def prepare(
         raise InputError(f"campaign {campaign!r}: {data / campaign} holds no run (no manifest.json in any "
                          "<experiment>/<run>/); run the campaign first, or name another with --campaign")
 
-    check_source(sorted({qmd_path, *paper_sources(repo)}) if qmd is None else [qmd_path])
     from offload_lab.paper.discovery import figure_registry
 
     claims = resolve_claims(campaign, data, repo, extra_experiments=[d.experiment for d in figure_registry().values()])
@@ -172,7 +177,25 @@ def prepare(
     runs.atomic_write_json(gen / PLACES, paper_places(ast))
     for p in [claims_json, gen / "provenance.md", gen / PLACES, *(gen / "figures").glob("*.json")]:
         p.chmod(0o644)  # atomic writes create 0600 files; these are published next to the paper
-    return Prepared(claims, figures, gen, claims_json, ast, qmd_path)
+    numbered = numbered_sections(read_qmd(qmd_path).meta, quarto_config(repo))
+    return Prepared(claims, figures, gen, claims_json, ast, qmd_path, labels, numbered)
+
+
+def check_sources(repo_root: Path | str, qmd: Path | str | None = None) -> dict[str, Label]:
+    """The source lint, before any claim is computed or notebook run: cross-references to a label no source
+    defines (InputError, file:line), numbers typed into the prose (AuditError). Returns the labels the sources
+    define. ``qmd``: a paper other than ``paper/paper.qmd``, whose labels are read from the qmd files beside it."""
+    repo = Path(repo_root)
+    if qmd is None:
+        sources = sorted({repo / QMD, *paper_sources(repo)})
+        check_references(sources)
+        check_source(sources)
+        return defined_labels(sources)
+    qmd_path = Path(qmd)
+    beside = sorted({qmd_path, *qmd_path.parent.rglob("*.qmd")} - set(qmd_path.parent.rglob(f"{GENERATED}/**/*.qmd")))
+    check_references(beside)
+    check_source([qmd_path])
+    return defined_labels(beside)
 
 
 

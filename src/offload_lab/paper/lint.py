@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,41 +58,51 @@ def _mask(line: str) -> str:
     return line
 
 
+def prose_lines(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, the line as written, the line without its comments) of every line of prose in a qmd file:
+    outside its front matter, fenced code and HTML comments."""
+    qmd = read_qmd(path)
+    fence: str | None = None
+    in_comment = False
+    for i, raw in enumerate(qmd.lines):
+        lineno = qmd.first_line + i
+        stripped = raw.strip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        m = re.match(r"^(`{3,}|~{3,})", stripped)
+        if m:
+            fence = m.group(1)
+            continue
+        line = raw
+        if in_comment:
+            if "-->" not in line:
+                continue
+            line = " " * (line.index("-->") + 3) + line[line.index("-->") + 3 :]
+            in_comment = False
+        line = re.sub(r"<!--.*?-->", lambda c: " " * len(c.group(0)), line)
+        if "<!--" in line:
+            line, in_comment = line[: line.index("<!--")], True
+        yield lineno, raw, line
+
+
 def lint_source(paths: Iterable[Path]) -> list[Finding]:
     """Numerals in the prose of qmd files: outside front matter, code, comments, shortcodes, labels and ``.nocheck``."""
     findings = []
     for path in paths:
-        qmd = read_qmd(path)
-        fence: str | None = None
-        in_comment = False
-        for i, raw in enumerate(qmd.lines):
-            lineno = qmd.first_line + i
-            stripped = raw.strip()
-            if fence:
-                if stripped.startswith(fence):
-                    fence = None
-                continue
-            m = re.match(r"^(`{3,}|~{3,})", stripped)
-            if m:
-                fence = m.group(1)
-                continue
-            line = raw
-            if in_comment:
-                if "-->" not in line:
-                    continue
-                line = " " * (line.index("-->") + 3) + line[line.index("-->") + 3 :]
-                in_comment = False
+        for lineno, raw, line in prose_lines(path):
             line = _mask(line)
-            if "<!--" in line:
-                line, in_comment = line[: line.index("<!--")], True
             if line.lstrip().startswith(":::"):
                 continue
             for n in NUMBER_RE.finditer(line):
-                findings.append(Finding(f"{display_path(path, None)}:{lineno}", n.group(0), stripped[:100]))
+                findings.append(Finding(f"{display_path(path, None)}:{lineno}", n.group(0), raw.strip()[:100]))
     return findings
 
 
 def check_source(paths: Iterable[Path]) -> None:
+    """Numbers typed into the prose (AuditError, exit 6); ``build.check_sources`` also checks cross-references."""
+    paths = list(paths)
     report = AuditReport(checked=[str(p) for p in paths], findings=lint_source(paths))
     report.raise_if_failed()
 

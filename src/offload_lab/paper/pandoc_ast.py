@@ -204,23 +204,84 @@ def number_crossrefs(ast: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-def resolve_crossrefs(ast: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+def section_headers(ast: dict[str, Any]) -> list[tuple[str, int, bool, str]]:
+    """(id, level, numbered, title) of every heading of the prepared paper, in order."""
+    found: list[tuple[str, int, bool, str]] = []
+
+    def fn(el: dict[str, Any]) -> None:
+        if el["t"] == "Header":
+            ident, classes, _ = el["c"][1]
+            found.append((ident, el["c"][0], "unnumbered" not in classes, _stringify(el["c"][2]).strip()))
+
+    _visit(ast["blocks"], fn)
+    return found
+
+
+def section_crossrefs(ast: dict[str, Any], numbered: bool) -> dict[str, str]:
+    """sec- label -> what ``@label`` prints: "Section N" when sections are numbered, else the section's title."""
+    from offload_lab.paper.xref import section_numbers
+
+    heads = section_headers(ast)
+    if numbered:
+        numbers = section_numbers([(i, level, num) for i, level, num, _ in heads])
+        return {i: f"Section {n}" for i, n in numbers.items() if i.startswith("sec-")}
+    return {i: title for i, _, _, title in heads if i.startswith("sec-")}
+
+
+def _ref_inlines(cite: dict[str, Any], text: str, is_number: bool) -> list[dict[str, Any]]:
+    """The text of one reference: "Figure 3", "3" for ``[-@fig-x]``, "see 3" for ``[see @fig-x]``; a section's
+    title (``is_number`` false) stays as it is, whatever the form."""
+    word, _, number = text.rpartition(" ")
+    if not is_number or not word:
+        return _inlines(text)
+    if cite.get("citationPrefix"):
+        return cite["citationPrefix"] + [{"t": "Space"}] + _inlines(number)
+    if cite.get("citationMode", {}).get("t") == "SuppressAuthor":
+        return _inlines(number)
+    return _inlines(text)
+
+
+def resolve_crossrefs(ast: dict[str, Any], labels: dict[str, str], sections: dict[str, str] | None = None,
+                      left_out: dict[str, str] | None = None, numbered: bool = False) -> dict[str, Any]:
+    """Cross-references as links: ``labels`` (figures and tables) and ``sections`` (label -> "Section N" or title)
+    are in this build; ``left_out`` (label -> title) are sections the sources define and this build leaves out,
+    printed as their title and "(left out of this build)", unlinked."""
+    from offload_lab.paper.xref import LEFT_OUT, label_key
+
+    present = {**labels, **(sections or {})}
+    absent = left_out or {}
+
     def fn(el: dict[str, Any]) -> Any:
         if el["t"] != "Cite":
             return None
-        ids = [c["citationId"] for c in el["c"][0]]
-        refs = [i for i in ids if i.startswith(CROSSREF_PREFIXES)]
+        cites = el["c"][0]
+        ids = [c["citationId"] for c in cites]
+        refs = [i for i in ids if label_key(i).startswith(CROSSREF_PREFIXES)]
         if not refs:
             return None
         if len(refs) != len(ids):
             raise AuditError(f"@{', @'.join(ids)}: do not mix cross-references and citations in one bracket")
         out: list[dict[str, Any]] = []
-        for n, ref in enumerate(refs):
-            if ref not in labels:
-                raise AuditError(f"@{ref}: no figure or table has that label (sections are not numbered)")
+        for n, cite in enumerate(cites):
+            ref = label_key(cite["citationId"])
             if n:
                 out += [{"t": "Str", "c": ","}, {"t": "Space"}]
-            out.append({"t": "Link", "c": [["", ["crossref"], []], _inlines(labels[ref]), ["#" + ref, ""]]})
+            if ref in present:
+                text, is_number = present[ref], numbered or not ref.startswith("sec-")
+                if cite["citationId"][:1].isupper():
+                    text = text[:1].upper() + text[1:]
+                out.append({"t": "Link", "c": [["", ["crossref"], []], _ref_inlines(cite, text, is_number),
+                                               ["#" + ref, ""]]})
+            elif ref in absent:
+                title = absent[ref]
+                if cite["citationId"][:1].isupper():
+                    title = title[:1].upper() + title[1:]
+                out.append({"t": "Span", "c": [["", ["crossref-absent"], [["data-label", ref]]],
+                                               _inlines(f"{title} ({LEFT_OUT})")]})
+            else:
+                what = "section" if ref.startswith("sec-") else "figure or table"
+                raise AuditError(f"@{cite['citationId']}: no {what} of this paper has that label "
+                                 "(the source lint checks every label; was the paper prepared from other sources?)")
         return out
 
     return {**ast, "blocks": _walk(ast["blocks"], fn)}

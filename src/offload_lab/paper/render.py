@@ -20,6 +20,7 @@ from offload_lab.paper.pandoc_ast import (
     figure_images,
     number_crossrefs,
     resolve_crossrefs,
+    section_crossrefs,
 )
 from offload_lab.paper.source import CSS, NUMBER_RE
 
@@ -157,7 +158,10 @@ def _timestamp(claims: ClaimSet) -> dt.datetime:
 
 def render_fallback(prep: "Prepared", out_dir: Path, repo_root: Path, formats: tuple[str, ...]) -> dict[str, Path]:
     labels = number_crossrefs(prep.ast)
-    ast = resolve_crossrefs(prep.ast, labels)
+    sections = section_crossrefs(prep.ast, prep.numbered)
+    # Sections the sources define that this build left out (another campaign's variant, a block without a note).
+    left_out = {k: v.title or k for k, v in prep.labels.items() if k.startswith("sec-") and k not in sections}
+    ast = resolve_crossrefs(prep.ast, labels, sections, left_out, prep.numbered)
     header = repo_root / "paper" / "typst-header.typ"
     out: dict[str, Path] = {}
     if "pdf" in formats:

@@ -188,6 +188,7 @@ class ProfileTiming:
     q: float
     q_range: tuple[float, float]
     split_basis: str = ""
+    split_prefill_tok_s: float | None = None  # the prefill rate an inferred split was inferred at
 
     @property
     def split_known(self) -> bool:
@@ -302,17 +303,24 @@ def _hours(split_out: float, split_new: float, stream_tok_s: float, prefill_tok_
     return (split_out / stream_tok_s + (split_new / prefill_tok_s if split_new else 0.0)) / 3600.0
 
 
-def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: float | None = None) -> ProfileTiming:
+def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: float | None = None,
+                   split_prefill_tok_s: float | None = None) -> ProfileTiming:
     """Hours generating = output / stream rate + new input / prefill rate; q = those hours / the window's hours.
+
+    ``split_prefill_tok_s``: the prefill rate an inferred split is inferred at, when it is not the one the tokens are
+    timed at. The split is a property of the developer's week, so it is inferred at the rate its source timed the
+    published hours at (the study's own prefill); a campaign then times that week on its own pod's measured rate.
 
     Raises InputError when a rate is not positive, when the profile has new input tokens (given or to be inferred)
     and no prefill rate is given, or when the hours generating do not fit in the window (q above 1).
     """
     if not stream_tok_s > 0:
         raise InputError(f"the per-stream output rate must be positive tokens/s, not {stream_tok_s!r}")
-    if prefill_tok_s is not None and not prefill_tok_s > 0:
-        raise InputError(f"the prefill rate must be positive tokens/s, not {prefill_tok_s!r}")
-    split = token_split(profile, stream_tok_s, prefill_tok_s)
+    for what, rate in (("prefill rate", prefill_tok_s), ("prefill rate of the split", split_prefill_tok_s)):
+        if rate is not None and not rate > 0:
+            raise InputError(f"the {what} must be positive tokens/s, not {rate!r}")
+    infer_at = split_prefill_tok_s if split_prefill_tok_s is not None else prefill_tok_s
+    split = token_split(profile, stream_tok_s, infer_at)
     if split.new_input > 0 and prefill_tok_s is None:
         raise InputError(
             f"profile {profile.name} has {split.new_input:,.0f} new input tokens: give a prefill rate (tokens/s) to "
@@ -321,7 +329,9 @@ def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: fl
     hours = _hours(split.output, split.new_input, stream_tok_s, prefill_tok_s)
     # The hours at the ends of the split's range (for an inferred split, the ends of the published interval).
     ends = [_hours(o, n, stream_tok_s, prefill_tok_s) for o, n in zip(split.output_range, split.new_input_range[::-1])]
-    hours_range = split.hours_range or (min(ends), max(ends))
+    # An inferred split's hours interval holds at the rate it was inferred at; timed at another rate, its ends move.
+    same_rate = infer_at == prefill_tok_s
+    hours_range = (split.hours_range if same_rate else None) or (min(ends), max(ends))
     window = profile.window_hours_in_period
     q = hours / window
     if q > 1:
@@ -346,6 +356,7 @@ def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: fl
         q=q,
         q_range=(hours_range[0] / window, hours_range[1] / window),
         split_basis=split.basis,
+        split_prefill_tok_s=infer_at if split.kind == "inferred" else None,
     )
 
 

@@ -12,9 +12,13 @@ either a command or a check:
    then the part's build commands run in its tree with the environment active;
 4. the model's files, from Hugging Face at the pinned revisions (``hf download``; a token comes from ``$HF_TOKEN``,
    never from a file or a flag);
-5. the plan files (``offload-lab plan make``), checked against a sha256 where one is given;
+5. the plan files (``offload-lab plan make``), checked against a sha256 where one is given; where the stack's
+   offload part reads another format (``plans.format``), each is written in it too (``offload-lab plan export``) to
+   the file the server is given, and read back as that code would read it, against the model (``offload-lab plan
+   check --format``);
 6. ``offload-lab-install.json`` in the environment: the resolved commits, patch and receipt hashes as observed,
-   what was unpinned. Every boot of the stack copies it into its ``boot.json``.
+   each plan's sha256 and its served file's, what was unpinned. Every boot of the stack copies it into its
+   ``boot.json``.
 
 A stack with anything unpinned (see :func:`offload_lab.server.spec.unpinned_items`) is refused unless
 ``allow_unpinned``; then the observed hashes in the install record are what to write into the stack file.
@@ -78,7 +82,7 @@ class InstallState:
 
     commits: dict[str, str] = field(default_factory=dict)
     patches: dict[str, dict[str, Any]] = field(default_factory=dict)
-    plans: dict[str, str] = field(default_factory=dict)
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> path, sha256, served
 
 
 @dataclass
@@ -280,17 +284,42 @@ def _model_steps(stack: Stack, lab: str) -> list[Step]:
     return steps
 
 
-def _plan_steps(stack: Stack, lab: str) -> list[Step]:
-    steps: list[Step] = []
+def plan_commands(stack: Stack, lab: str, model: Path, plans_dir: Path | None = None) -> list[dict[str, Any]]:
+    """For each plan file, the commands that make it and write it in the format the offload part reads: ``make``
+    (``offload-lab plan make`` with ``{model}`` and ``{out}`` filled in, or None for a committed plan), ``export``
+    and ``check`` (None when the format is offload-lab's own). ``plans_dir``: write there instead of the stack's
+    paths (the dry run's scratch directory)."""
     plans = stack.spec.plans
     if plans is None:
-        return steps
+        return []
+    cli = [lab, "-m", "offload_lab.cli", "plan"]
+    out_rows = []
     for name, p in plans.files.items():
-        out = stack.resolve(p.path)
+        out = stack.resolve(p.path) if plans_dir is None else plans_dir / f"{name}.json"
+        served = (stack.resolve(plans.served_path(name)) if plans_dir is None
+                  else plans_dir / f"{name}.{plans.format}.json")
+        if plans.format == "offload-lab":
+            served = out
+        make = None
         if p.make:
-            args = [a.replace("{model}", str(stack.model_path)).replace("{out}", str(out)) for a in p.make]
-            steps.append(Step(f"plan {name}: make {p.path}", argv=[lab, "-m", "offload_lab.cli", "plan", "make",
-                                                                    *args], cwd=stack.root))
+            make = cli + ["make", *[a.replace("{model}", str(model)).replace("{out}", str(out)) for a in p.make]]
+        export = check = None
+        if served != out:
+            export = cli + ["export", str(out), "--format", plans.format, "--out", str(served), "--force"]
+            check = cli + ["check", str(served), str(model), "--format", plans.format, "--written-from", str(out)]
+        out_rows.append({"name": name, "spec": p, "out": out, "served": served, "format": plans.format,
+                         "make": make, "export": export, "check": check})
+    return out_rows
+
+
+def _plan_steps(stack: Stack, lab: str) -> list[Step]:
+    steps: list[Step] = []
+    for row in plan_commands(stack, lab, stack.model_path):
+        name, p, out, served = row["name"], row["spec"], row["out"], row["served"]
+        if row["make"]:
+            # `plan make` refuses an --out whose folder is missing (plans/ is not in git): make it first.
+            steps.append(Step(f"plan {name}: the folder of {p.path}", argv=["mkdir", "-p", str(out.parent)]))
+            steps.append(Step(f"plan {name}: make {p.path}", argv=row["make"], cwd=stack.root))
         if p.sha256:
             steps.append(Step(f"plan {name}: sha256", shown=f"echo {p.sha256}'  '{shlex.quote(str(out))} | "
                                                             "sha256sum -c -",
@@ -298,6 +327,16 @@ def _plan_steps(stack: Stack, lab: str) -> list[Step]:
         else:
             steps.append(Step(f"plan {name}: record sha256", shown=f"sha256sum {shlex.quote(str(out))}",
                               check=lambda st, out=out, name=name: _check_plan(name, None, out, st)))
+        if row["export"]:
+            fmt = row["format"]
+            steps.append(Step(f"plan {name}: write it as {fmt}, the format the offload part reads, to "
+                              f"{served} (${stack.spec.plans.env if stack.spec.plans else ''})",
+                              argv=row["export"], cwd=stack.root))
+            steps.append(Step(f"plan {name}: read {served.name} back as the offload part would, against the model",
+                              argv=row["check"], cwd=stack.root))
+            steps.append(Step(f"plan {name}: record the served file's sha256", shown=f"sha256sum "
+                                                                                   f"{shlex.quote(str(served))}",
+                              check=lambda st, served=served, name=name, fmt=fmt: _check_served(name, fmt, served, st)))
     return steps
 
 
@@ -305,9 +344,15 @@ def _check_plan(name: str, want: str | None, path: Path, state: InstallState) ->
     if not path.is_file():
         raise ProducerError(f"plan {name}: {path} does not exist")
     digest = sha256_text(path)
-    state.plans[name] = digest
+    state.plans[name] = {"path": str(path), "sha256": digest, "format": "offload-lab"}
     if want and digest != want:
         raise ProducerError(f"plan {name}: sha256 {digest} differs from the stack file's {want}")
+
+
+def _check_served(name: str, fmt: str, path: Path, state: InstallState) -> None:
+    if not path.is_file():
+        raise ProducerError(f"plan {name}: {path} ({fmt}) was not written")
+    state.plans.setdefault(name, {})["served"] = {"path": str(path), "format": fmt, "sha256": sha256_text(path)}
 
 
 def run_install(plan: InstallPlan, allow_unpinned: bool = False,
@@ -356,3 +401,7 @@ def _run_step(step: Step) -> None:
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", str(step.shell)], cwd=step.cwd, env=env)
     if proc.returncode != 0:
         raise ProducerError(f"install step failed ({step.what}), exit status {proc.returncode}: {step.render()}")
+
+
+# The checks a dry run makes of every file the install would use (its own module: this one is the install).
+from offload_lab.server.install_checks import Problem, dry_run_checks  # noqa: E402,F401

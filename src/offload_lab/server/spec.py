@@ -7,8 +7,9 @@ A stack file says everything needed to rebuild and start one server:
   and the commands that build it;
 - ``install``: where the server's virtual environment goes;
 - ``model``: the model directory and the Hugging Face repositories (at pinned revisions) it is downloaded from;
-- ``plans``: the plan files (which experts live in pinned host RAM), how each is made, and the environment variable
-  that gives the server the plan's path;
+- ``plans``: the plan files (which experts live in pinned host RAM), how each is made, the format the stack's
+  offload part reads (``format``, ``read_by``: the install writes the plan in it) and the environment variable that
+  gives the server the plan's path;
 - ``server``: vLLM's flags (typed: tensor parallelism, KV block size, maximum model length, speculative decoding,
   GPU memory utilization, ...) and any further arguments, environment variables, and the probe request sent after
   ready;
@@ -33,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from offload_lab.core.errors import InputError
 from offload_lab.server.multinode import PodField
 from offload_lab.server.envargs import ENV_NAME, check_env_and_args
+from offload_lab.server.plan_spec import (PLAN_FORMATS, PlanFileSpec, PlanFormat, PlanReader, PlanSet,  # noqa: F401
+                                           check_plan_reader)
 
 FULL_SHA1 = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -193,41 +196,7 @@ class ModelSpec(_Strict):
     )
 
 
-# --- plans -------------------------------------------------------------------------------------------------------
-
-class PlanFileSpec(_Strict):
-    path: str = Field(description="plan file (offload-lab format, docs/plan-files.md), relative to the root")
-    description: str = ""
-    make: list[str] | None = Field(
-        None, description="arguments to `offload-lab plan make` that write it; {model} is the model path, "
-                          "{out} the plan path")
-    sha256: str | None = Field(None, description="sha256 of the plan file when it is committed rather than made")
-    pinned: bool | None = None
-    todo: str | None = None
-
-    @model_validator(mode="after")
-    def _declared(self) -> "PlanFileSpec":
-        if self.sha256 is not None and not SHA256.match(self.sha256):
-            raise ValueError(f"plan {self.path}: sha256 is not 64 hex digits")
-        _check_declared(self.pinned, self.todo, self.complete(), f"plan {self.path}")
-        return self
-
-    def complete(self) -> bool:
-        return bool(self.make or self.sha256)
-
-
-class PlanSet(_Strict):
-    env: str = Field(description="environment variable the server reads the plan file's path from")
-    use: str | None = Field(None, description="the plan the server boots with (a key of files; null: none)")
-    files: dict[str, PlanFileSpec] = Field(default_factory=dict)
-    format_note: str | None = Field(None, description="what format the server's patch expects, if not ours")
-
-    @model_validator(mode="after")
-    def _known(self) -> "PlanSet":
-        if self.use is not None and self.use not in self.files:
-            raise ValueError(f"plans.use {self.use!r} is not one of plans.files {sorted(self.files)}")
-        return self
-
+# --- plans: the plan files and the format the offload part reads (server/plan_spec.py) ----------------------
 
 # --- server ------------------------------------------------------------------------------------------------------
 
@@ -390,6 +359,8 @@ class StackFile(_Strict):
                 if patch.from_part and patch.from_part not in names[:i]:
                     raise ValueError(f"part {part.name}: patch from_part {patch.from_part!r} is not a part listed "
                                      "before it (parts are fetched in order)")
+        if self.plans is not None:
+            check_plan_reader(self.plans, self.parts, self.server)
         if self.pinned is True and unpinned_items(self, check_declared=False):
             raise ValueError("the stack says pinned: true but has unpinned items: "
                              + "; ".join(unpinned_items(self, check_declared=False)))

@@ -60,7 +60,15 @@ class Stack:
 
     @property
     def plan_path(self) -> Path | None:
-        """The plan file the server boots with, if any."""
+        """The plan file the server boots with, if any, in the format its offload part reads (``plans.format``)."""
+        plans = self.spec.plans
+        if plans is None or plans.use is None:
+            return None
+        return self.resolve(plans.served_path(plans.use))
+
+    @property
+    def source_plan_path(self) -> Path | None:
+        """The offload-lab plan the served one is written from (the same file when the format is offload-lab)."""
         plans = self.spec.plans
         if plans is None or plans.use is None:
             return None
@@ -235,11 +243,16 @@ def ensure_plan(stack: Stack) -> dict[str, Any] | None:
     if not plan.is_file():
         raise InputError(f"stack file {stack.file}: plan {plans.use!r} ({plan}) does not exist; "
                          f"`offload-lab stack install {stack.file}` makes it")
-    spec = plans.files[plans.use]
-    digest = runs.sha256_file(plan)
-    if spec.sha256 and digest != spec.sha256:
-        raise InputError(f"plan {plan}: sha256 {digest} differs from the stack file's {spec.sha256}")
-    return {"name": plans.use, "path": str(plan), "sha256": digest}
+    spec, source = plans.files[plans.use], stack.source_plan_path
+    # The stack file's sha256 is the offload-lab plan's; the served file is written from it by `stack install`.
+    if spec.sha256 and source is not None:
+        got = runs.sha256_file(source) if source.is_file() else "missing"
+        if got != spec.sha256:
+            raise InputError(f"plan {source}: sha256 {got} differs from the stack file's {spec.sha256}")
+    record = {"name": plans.use, "path": str(plan), "sha256": runs.sha256_file(plan), "format": plans.format}
+    if source is not None and source != plan:
+        record["source"] = {"path": str(source), "sha256": runs.sha256_file(source) if source.is_file() else None}
+    return record
 
 
 def boot(

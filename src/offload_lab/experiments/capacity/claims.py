@@ -4,7 +4,7 @@ They are declared into :data:`SECTION`, not straight into :data:`offload_lab.pap
 this module changes nothing else; ``offload_lab.paper.claims`` adds them to the paper's registry with
 ``REGISTRY.update(claims_capacity.SECTION)``. Each claim reads only the files it cites, from the latest ok run of its
 experiment; the values were computed by :mod:`offload_lab.experiments.capacity.runner` and :mod:`offload_lab.experiments.cost.runner`
-from the campaign's published figures.
+from the campaign's published figures or its own runs (``claims_sources`` says which).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from offload_lab.experiments.capacity.claims_sources import NA, na
 from offload_lab.experiments.published.refclaims import CITES
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
@@ -60,14 +61,14 @@ _INPUTS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("capacity.alpha", "alpha", fmt_pct(0), "probability",
      "The seat rule's α: accepted chance that more developers generate at once than there are streams"),
     ("capacity.alpha_also", "alpha_also", fmt_pct(0), "probability", "The second α the study reports"),
-    ("capacity.streams_per_pod", "streams_per_pod", fmt_int, "streams", "Streams a pod serves at the bar (published)"),
+    ("capacity.streams_per_pod", "streams_per_pod", fmt_int, "streams", "Streams a pod serves at the bar (published, or kept at the bar in this campaign's sweep)"),
     ("capacity.streams_at_bar_table", "streams_at_bar_from_table", fmt_int, "streams",
-     "Streams at the bar with the published margin, recomputed from the published agent-turn table"),
+     "Streams at the bar with the margin, recomputed from the agent-turn table (published or measured)"),
     ("capacity.bar_tok_s", "bar_tok_s", fmt_int, "tokens/s", "The bar: median output tokens per second per stream"),
     ("capacity.turn_seconds", "turn_seconds", fmt_sig(2), "s",
-     "Seconds one agent reply takes at the bar (published reply length over the bar)"),
+     "Seconds one agent reply takes at the bar (the reply length over the bar)"),
     ("capacity.prefill_tok_s", "prefill_tok_s", fmt_int, "tokens/s",
-     "The prefill rate the week's split is inferred at: the longest published fresh prompt over its TTFT"),
+     "The prefill rate the profile is timed at: the longest fresh prompt over its TTFT (published or measured)"),
 )
 for _name, _key, _fmt, _unit, _what in _INPUTS:
     claim(_name, experiment=CAP, files=["inputs.json"], fmt=_fmt, unit=_unit, description=_what)(
@@ -107,10 +108,11 @@ def _computed(src: Sources) -> dict[str, Any]:
     return src.json("profile.json")["computed"]
 
 
-def _published(src: Sources, key: str) -> float:
+def _published(src: Sources, key: str) -> float | str:
+    # A user's own export publishes nothing: the claim prints n/a, and the text prints it only when it is not.
     pub = src.json("profile.json")["published"] or {}
     if pub.get(key) is None:
-        raise ValueError(f"the profile states no published {key}")
+        return NA
     return float(pub[key])
 
 
@@ -164,8 +166,9 @@ def _split_kind(src: Sources) -> str:
 for _name, _key, _fmt, _unit in (("profile.hours_generating_published", "hours_generating", fmt_sig(2), "hours"),
                                  ("profile.q_published", "q", fmt_pct(1), "probability"),
                                  ("profile.fraction_of_week_published", "fraction_of_period", fmt_pct(1), "fraction")):
-    claim(_name, experiment=CAP, files=["profile.json"], fmt=_fmt, unit=_unit,
-          description=f"{_key.replace('_', ' ')} as published")(lambda src, _k=_key: _published(src, _k))
+    claim(_name, experiment=CAP, files=["profile.json"], fmt=na(_fmt), unit=_unit,
+          description=f"{_key.replace('_', ' ')} as published (n/a when the profile publishes none)")(
+        lambda src, _k=_key: _published(src, _k))
 
 
 # -- capacity: seats and pods ----------------------------------------------------------------------------------------
@@ -224,7 +227,7 @@ claim("volume.gap_full", experiment=CAP, files=["volume.csv"], fmt=lambda v: f"{
       description="Seats by volume at full utilization over seats by concurrency at α = 1%")(
     lambda src: float(_volume("volume_over_concurrency", 1.0)(src)))
 claim("volume.pod_output_tok_s", experiment=CAP, files=["volume.csv"], fmt=fmt_int, unit="tokens/s",
-      description="A pod's total output rate with four agents (published)")(
+      description="A pod's total output rate at its provisioning load (published, or measured)")(
     lambda src: float(_volume("pod_output_tok_s", 1.0)(src)))
 claim("volume.pod_tokens_per_month", experiment=CAP, files=["volume.csv"],
       fmt=lambda v: f"{float(v) / 1e6:,.0f}", unit="million tokens",
@@ -329,13 +332,13 @@ def _cost(key: str) -> Callable[[Sources], Any]:
 
 
 claim("cost.pod_eur_per_hour", experiment=COST, files=["cost.json"], fmt=fmt_eur, unit="EUR/hour",
-      description="Pod price an hour (published)")(_cost("pod_eur_per_hour"))
+      description="Pod price an hour (published, or a stack file's price)")(_cost("pod_eur_per_hour"))
 claim("cost.hours_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="hours",
       description="Hours a pod is billed a month (stated: 24 × 365 / 12)")(_cost("hours_per_month"))
 claim("cost.pod_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
       description="A pod's month, run day and night")(_cost("pod_eur_per_month"))
 claim("cost.seat_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
-      description="A subscription seat's month (published)")(_cost("seat_eur_per_month"))
+      description="A subscription seat's month (published, or the campaign file's)")(_cost("seat_eur_per_month"))
 claim("cost.break_even_seats", experiment=COST, files=["cost.json"], fmt=fmt_sig(3), unit="subscriptions",
       description="Subscriptions that cost as much a month as one pod")(_cost("break_even_seats"))
 
@@ -390,10 +393,10 @@ def _sens(varied: str, factor: float | None, column: str, value: float | None = 
 
 
 claim("sensitivity.saving_team_250_q_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
-      unit="fraction", description="Saving of a team of 250 if q were twice the published value")(
+      unit="fraction", description="Saving of a team of 250 if q were twice the value used")(
     _sens("q", 2.0, "saving_fraction_team_250"))
 claim("sensitivity.saving_team_250_q_half", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
-      unit="fraction", description="Saving of a team of 250 if q were half the published value")(
+      unit="fraction", description="Saving of a team of 250 if q were half the value used")(
     _sens("q", 0.5, "saving_fraction_team_250"))
 claim("sensitivity.saving_team_250_pod_price_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
       unit="fraction", description="Saving of a team of 250 if the pod cost twice as much")(

@@ -1,16 +1,20 @@
-"""The inputs of the seat and cost analysis, gathered from a ``published`` run, each with where it came from.
+"""The inputs of the seat and cost analysis, each with where it came from: a ``published`` run, or the campaign's own
+measured runs (:mod:`offload_lab.experiments.capacity.measured`).
 
 Every value the capacity and cost experiments use is either a published figure (read from the run's files, with the
-run, file, sha256, key and section recorded) or computed here from published figures (with the formula and the keys
-it used). The two experiments share this module so that they cannot disagree about an input.
+run, file, sha256, key and section recorded), a measurement (read from a run of this campaign, with the run, file and
+sha256), a setting of the campaign file (with its stated source where it is a price), or computed here from those
+(with the formula and the keys it used). The two experiments share this module so that they cannot disagree about an
+input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offload_lab.seats import capacity
 from offload_lab.experiments.published import runner as published
@@ -18,16 +22,79 @@ from offload_lab.core.errors import InputError
 from offload_lab.seats.profile import ProfileTiming, UsageProfile, profile_timing
 
 QSource = Literal["published", "profile"]
+Source = Literal["published", "measured"]
+# Set only with ``source: measured`` (a published run carries its own).
+MEASURED_ONLY = ("seat_eur_per_month", "seat_price_source", "seat_alphas", "team_sizes")
 
 
 class StudyParams(BaseModel):
-    """What the capacity and cost experiments both read: which run, which profile, which q."""
+    """What the capacity and cost experiments both read: where the inputs come from, which profile, which q."""
 
     model_config = ConfigDict(extra="forbid")
 
-    published_experiment: str = Field("published", description="experiment of the campaign holding the inputs")
-    profile: str = Field("published-week", description="usage profile (its name) in that run")
-    q_source: QSource = Field("published", description="'published': the study's q; 'profile': q computed here")
+    source: Source = Field("published", description="'published': every input from a published run; 'measured': "
+                                                    "from this campaign's own runs and the campaign file")
+    published_experiment: str = Field("published", description="source published: experiment holding the inputs")
+    profile: str = Field("published-week", description="usage profile: with source published, its name in that run; "
+                                                       "with measured, a file (configs/profiles/*.yaml, a ccusage "
+                                                       "daily or session JSON export) or a name in configs/profiles/")
+    q_source: QSource = Field("published", description="'published': the profile's published q; 'profile': q "
+                                                       "computed here from the profile's tokens")
+    streams_from: Literal["agent_turns", "concurrency"] = Field(
+        "agent_turns", description="measured: which sweep sets the streams kept at the bar and the pod's output")
+    streams_experiment: str | None = Field(None, description="measured: that sweep's experiment name in the campaign "
+                                                             "(default: the same as streams_from)")
+    regime: str | None = Field(None, description="measured, streams_from concurrency: the regime whose sweep counts")
+    prefill_experiment: str = Field("context", description="measured: the experiment whose longest fresh prompt "
+                                                           "gives the prefill rate")
+    price_stack: str | None = Field(None, description="measured: stack file whose price block prices the pod "
+                                                      "(default: the stack the streams run ran against)")
+    seat_eur_per_month: float | None = Field(None, gt=0, description="measured: a subscription seat's price a month")
+    seat_price_source: str | None = Field(None, min_length=1, description="measured: where that price comes from")
+    seat_currency: str = Field("EUR", pattern=r"^[A-Z]{3}$", description="the currency of the seat price")
+    seat_alphas: list[float] | None = Field(None, description="measured: the seat rule's α and the second α reported")
+    team_sizes: list[int] | None = Field(None, description="measured: the team sizes to size and cost")
+    transcription: str = Field("configs/published/study.yaml",
+                               description="measured: the published figures set beside the measured ones")
+    window_hours: float = Field(8.0, gt=0, le=24, description="measured, a usage export: the daily working window "
+                                                              "(an export has none; an assumption)")
+    sessions: int | None = Field(None, ge=1, description="measured, a ccusage daily export: sessions in the period "
+                                                         "(default one a day)")
+
+    @field_validator("seat_alphas")
+    @classmethod
+    def _alphas(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (len(v) != 2 or any(not (0 < a < 1) for a in v)):
+            raise ValueError("seat_alphas is the seat rule's α and a second α, two numbers in (0, 1)")
+        return v
+
+    @field_validator("team_sizes")
+    @classmethod
+    def _teams(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(t < 1 for t in v)):
+            raise ValueError("team_sizes must be whole numbers of developers, at least 1")
+        return v
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> "StudyParams":
+        given = [k for k in MEASURED_ONLY if getattr(self, k) is not None]
+        if self.source == "published" and given:
+            raise ValueError(f"{given} are set by the published run with source: published; leave them out, or use "
+                             "source: measured")
+        if self.source == "measured":
+            missing = [k for k in MEASURED_ONLY if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"source: measured takes {missing} from the campaign file; give them (the seat "
+                                 "price with its source)")
+            if self.streams_from == "concurrency" and not self.regime:
+                raise ValueError("streams_from: concurrency needs regime, the regime whose sweep counts")
+        return self
+
+    def reads_experiments(self) -> list[str]:
+        """The campaign experiments whose runs this one reads (the campaign runs them first)."""
+        if self.source == "published":
+            return [self.published_experiment]
+        return [self.streams_experiment or self.streams_from, self.prefill_experiment]
 
 
 @dataclass
@@ -42,12 +109,14 @@ class StudyInputs:
     pod_output_tok_s: float  # the pod's total output at the provisioning load, for seats by volume
     turn_seconds: float  # one agent reply at the bar
     prefill_tok_s: float
-    pod_eur_per_hour: float
+    pod_eur_per_hour: float | None  # None: no price in the seat's currency (cost refuses, naming the reason)
     seat_eur_per_month: float
     profile: UsageProfile
     timing: ProfileTiming
     streams_at_bar_from_table: int
     provenance: dict[str, Any] = field(default_factory=dict)
+    source: Source = "published"
+    published_beside: dict[str, Any] | None = None  # published figures printed beside measured ones
 
     @property
     def alphas(self) -> list[float]:
@@ -56,11 +125,19 @@ class StudyInputs:
     def record(self) -> dict[str, Any]:
         """What ``inputs.json`` holds: every value and where it came from."""
         values = {k: getattr(self, k) for k in (
-            "q", "q_source", "streams_per_pod", "alpha", "alpha_also", "team_sizes", "bar_tok_s",
+            "source", "q", "q_source", "streams_per_pod", "alpha", "alpha_also", "team_sizes", "bar_tok_s",
             "pod_output_tok_s", "turn_seconds", "prefill_tok_s", "pod_eur_per_hour", "seat_eur_per_month",
             "streams_at_bar_from_table")}
         return {"values": values, "profile": self.profile.name, "timing": self.timing.to_dict(),
-                "provenance": self.provenance}
+                "provenance": self.provenance, "published_beside": self.published_beside}
+
+    def price_or_fail(self) -> float:
+        """The pod's price an hour; InputError saying why there is none (no price block, another currency)."""
+        if self.pod_eur_per_hour is None:
+            why = (self.provenance.get("pod_eur_per_hour") or {}).get("missing", "no price was found")
+            raise InputError(f"the cost needs the pod's price an hour: {why}. Give the stack file a price block, or "
+                             "name one with price_stack in the campaign file")
+        return self.pod_eur_per_hour
 
 
 def gather(pub: published.Published, profile_name: str, q_source: QSource = "published") -> StudyInputs:
@@ -128,3 +205,16 @@ def gather(pub: published.Published, profile_name: str, q_source: QSource = "pub
         streams_at_bar_from_table=from_table,
         provenance=prov,
     )
+
+
+def gather_for(params: StudyParams, data_root: Path | str, campaign: str) -> tuple[StudyInputs, dict[str, Any]]:
+    """The inputs as ``params.source`` says, and what the run's manifest records about where they came from."""
+    if params.source == "measured":
+        from offload_lab.experiments.capacity.measured import gather_measured
+
+        inp = StudyInputs(**gather_measured(params, data_root, campaign))
+        used = inp.provenance["runs"]
+        return inp, {"inputs_source": "measured", "inputs_runs": used}
+    pub = published.read_published(data_root, campaign, params.published_experiment)
+    inp = gather(pub, params.profile, params.q_source)
+    return inp, {"inputs_source": "published", "inputs_run": pub.run_ref, "inputs_run_id": pub.manifest.get("run_id")}

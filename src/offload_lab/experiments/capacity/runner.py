@@ -1,14 +1,15 @@
 """Experiment ``capacity``: seats, pods, volume against concurrency, correlation and simulation, from a campaign's
-``published`` run (or any run of the same shape) — no server.
+``published`` run or, with ``source: measured``, from its own agent-turns (or concurrency) and context runs — no
+server (:mod:`offload_lab.experiments.capacity.inputs` says where each input comes from).
 
 Files written into the run (all derived by :mod:`offload_lab.seats.capacity` and :mod:`offload_lab.seats.simulation`
 from the inputs recorded in ``inputs.json``):
 
 =================  =================================================================================================
-``inputs.json``    every input, its value and where it came from (published run, file, sha256, key, section)
+``inputs.json``    every input, its value and where it came from (run, file, sha256; key and section if published)
 ``profile.json``   the usage profile timed by this project, beside the figures the source derived from it
 ``seats.csv``      the largest team one pod serves, for each α (binomial)
-``teams.csv``      streams and pods for the published team sizes and for the largest team one pod serves
+``teams.csv``      streams and pods for the named team sizes (label ``published``) and the largest team one pod serves
 ``pods_curve.csv`` pods → the largest team they serve, for each α and correlation, up to ``max_team`` developers
 ``volume.csv``     seats by volume at each utilization, beside seats by concurrency
 ``correlation.csv`` seats per pod and pods for the published teams as the intra-team correlation grows
@@ -27,11 +28,10 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from offload_lab.seats import capacity, cost
-from offload_lab.experiments.published import runner as published
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
 from offload_lab.seats.simulation import SimulationConfig, simulate
-from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather
+from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather_for
 
 EXPERIMENT = "capacity"
 
@@ -183,15 +183,15 @@ def run_simulations(inp: StudyInputs, p: CapacityParams) -> tuple[pd.DataFrame, 
 
 
 def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: CapacityParams) -> dict[str, Any]:
-    """Compute every table into ``run`` from the campaign's published run; return the headline figures."""
-    pub = published.read_published(data_root, campaign, params.published_experiment)
-    inp = gather(pub, params.profile, params.q_source)
-    run.update(inputs_run=pub.run_ref, inputs_run_id=pub.manifest.get("run_id"))
+    """Compute every table into ``run`` from the inputs ``params.source`` names; return the headline figures."""
+    inp, where = gather_for(params, data_root, campaign)
+    run.update(**where)
     run.write_json("inputs.json", inp.record())
     prof = inp.profile
     run.write_json("profile.json", {"computed": inp.timing.to_dict(),
                                     "published": prof.published.model_dump() if prof.published else None,
-                                    "provenance": prof.provenance.model_dump()})
+                                    "provenance": prof.provenance.model_dump(),
+                                    "profile": prof.model_dump(mode="json")})
     seats = seats_table(inp)
     run.write_table("seats.csv", seats)
     run.write_table("teams.csv", teams_table(inp, seats))

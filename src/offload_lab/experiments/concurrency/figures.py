@@ -34,7 +34,10 @@ def _streams_axis(src: Sources, ax: Any) -> None:
     ax.set_xlabel("streams")
     ax.set_ylabel("output tok/s per stream")
     ax.set_ylim(bottom=0)
-    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=5)
+    # One row while the labels are few and short; a pod campaign's five named regimes would run past the edge.
+    labels = ax.get_legend_handles_labels()[1]
+    ncol = 5 if len(labels) <= 5 and sum(map(len, labels)) <= 60 else 3
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=ncol)
 
 
 @figure("concurrency_tok_s", experiment="concurrency", files=["regimes.csv", "manifest.json"], size_in=(6.0, 3.0))

@@ -1,5 +1,6 @@
 """Experiment ``cost``: a pod's month against subscriptions, for teams of every size, from a campaign's ``published``
-run — no server.
+run or, with ``source: measured``, its own runs, the stack file's price and the campaign file's seat price — no
+server.
 
 Files written into the run (derived by :mod:`offload_lab.seats.cost` and :mod:`offload_lab.seats.capacity`):
 
@@ -21,10 +22,9 @@ import pandas as pd
 from pydantic import Field
 
 from offload_lab.seats import capacity, cost
-from offload_lab.experiments.published import runner as published
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
-from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather
+from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather_for
 
 EXPERIMENT = "cost"
 
@@ -43,7 +43,7 @@ class CostParams(StudyParams):
 
 def base_scenario(inp: StudyInputs, hours_per_month: float) -> cost.Scenario:
     return cost.Scenario(q=inp.q, alpha=inp.alpha, streams_per_pod=inp.streams_per_pod,
-                         pod_eur_per_hour=inp.pod_eur_per_hour, seat_eur_per_month=inp.seat_eur_per_month,
+                         pod_eur_per_hour=inp.price_or_fail(), seat_eur_per_month=inp.seat_eur_per_month,
                          hours_per_month=hours_per_month)
 
 
@@ -71,24 +71,23 @@ def sensitivity_table(inp: StudyInputs, p: CostParams) -> pd.DataFrame:
     base = base_scenario(inp, p.hours_per_month or cost.HOURS_PER_MONTH)
     variations = {
         "q": [inp.q * f for f in p.q_factors],
-        "pod_eur_per_hour": [inp.pod_eur_per_hour * f for f in p.pod_price_factors],
+        "pod_eur_per_hour": [inp.price_or_fail() * f for f in p.pod_price_factors],
         "seat_eur_per_month": [inp.seat_eur_per_month * f for f in p.seat_price_factors],
         "alpha": sorted(set(p.alphas) | set(inp.alphas)),
         "rho": sorted(set(p.rhos) | {p.rho_example}),
     }
     table = cost.sensitivity(base, variations, inp.team_sizes)
-    factors = {"q": inp.q, "pod_eur_per_hour": inp.pod_eur_per_hour, "seat_eur_per_month": inp.seat_eur_per_month}
+    factors = {"q": inp.q, "pod_eur_per_hour": inp.price_or_fail(), "seat_eur_per_month": inp.seat_eur_per_month}
     table.insert(2, "factor", [v / factors[k] if k in factors else float("nan")
                                for k, v in zip(table["varied"], table["value"])])
     return table
 
 
 def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: CostParams) -> dict[str, Any]:
-    pub = published.read_published(data_root, campaign, params.published_experiment)
-    inp = gather(pub, params.profile, params.q_source)
-    run.update(inputs_run=pub.run_ref, inputs_run_id=pub.manifest.get("run_id"))
+    inp, where = gather_for(params, data_root, campaign)
+    run.update(**where)
     run.write_json("inputs.json", inp.record())
-    prices = cost.Prices(inp.pod_eur_per_hour, inp.seat_eur_per_month, params.hours_per_month or cost.HOURS_PER_MONTH)
+    prices = cost.Prices(inp.price_or_fail(), inp.seat_eur_per_month, params.hours_per_month or cost.HOURS_PER_MONTH)
     summary: dict[str, Any] = {
         "hours_per_month": prices.hours_per_month,
         "hours_per_month_rule": "set by the campaign" if params.hours_per_month

@@ -176,6 +176,13 @@ declare_published(SECTION, (
 ))
 
 
+@claim("pub.source_checked", experiment=PUB, files=["provenance.json"], fmt="{}", unit="")
+def _pub_source_checked(src: Sources) -> str:
+    """Whether the run that transcribed the figures checked them against the published summary ("yes": the summary
+    was on its machine with the sha256 the transcription records) or could not ("no": it was not there)."""
+    return "yes" if src.json("provenance.json").get("source_checked") is True else "no"
+
+
 @claim("pub.boots.table", experiment=PUB, files=["boots.csv"], kind="table")
 def _pub_boots(src: Sources) -> dict[str, Any]:
     """The published boots, each with offload-lab's name for its outcome."""

@@ -12,7 +12,9 @@ here: seats, pods, money and every other derived figure are computed later, by t
 ``ref_*`` experiments, from these files.
 
 When the summary is on this machine its sha256 must still be the one the transcription was checked against; a
-changed summary stops the run, since the figures may no longer match it.
+changed summary stops the run, since the figures may no longer match it. The summary is not part of the project:
+where it is absent the run transcribes all the same and records ``source_checked: false`` (never an error), and the
+reference paper's first page says whether its figures were checked (claim ``pub.source_checked``).
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ class QualityParams(BaseModel):
     local: dict[str, Any] = Field(default_factory=dict, description="EndpointSpec fields for the local side")
     reference: dict[str, Any] | None = Field(
         None, description="EndpointSpec fields (with url) for the reference API; None: the local server again")
-    datasets: str | None = Field(None, description="dataset directory; default $OFFLOAD_LAB_DATASETS")
-    allow_download: bool = False
+    datasets: str | None = Field(
+        None, description="dataset directory overriding the shipped GSM8K/IFEval files; default $OFFLOAD_LAB_DATASETS")
+    allow_download: bool = Field(False, description="download a data file the package does not ship")
     resamples: int = Field(paired.DEFAULT_RESAMPLES, ge=100)
     seed: int = 0
     exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0)
@@ -98,6 +99,11 @@ class QualityParams(BaseModel):
             raise ValueError("compare_runs compares two side runs; it cannot answer a side itself (leave out side)")
         return self
 
+    def reads_experiments(self) -> list[str]:
+        """The campaign experiments whose runs this one reads: the side runs a comparison copies (the campaign runner
+        skips it when one of them failed)."""
+        return [self.compare_runs[role] for role in ROLES] if self.compare_runs is not None else []
+
 
 @dataclass
 class SideResult:
@@ -105,6 +111,12 @@ class SideResult:
     valid: bool
     reasons: list[str]
     summary: pd.DataFrame | None
+
+
+def data_record(params: QualityParams) -> dict[str, dict[str, str]]:
+    """Per benchmark: what its data is (source, commit, sha256, licence) and where this run reads it from (shipped,
+    directory or download), each file checked as it is found."""
+    return {b: data.provenance(b) | data.origin(b, params.datasets, params.allow_download) for b in params.benchmarks}
 
 
 def side_dir(run_path: Path, label: str) -> Path:
@@ -129,7 +141,7 @@ def run_side(run_path: Path, spec: endpoints.EndpointSpec, params: QualityParams
         "max_tokens": {b: params.max_tokens.get(b, bench.DEFAULT_MAX_TOKENS[b]) for b in params.benchmarks},
         "subsets": {b: {"n_subset": subsets.load(b).n, "seed": subsets.load(b).seed, "items_used": len(v),
                         "ids": [it.item_id for it in v]} for b, v in items.items()},
-        "data": {b: data.provenance(b) for b in params.benchmarks}, "protocol": bench.protocol(),
+        "data": data_record(params), "protocol": bench.protocol(),
         "server": _server_words(server), "started_at": runs.utc_now(),
     }
     report = canaries.run_canaries(spec, model, continuation_needed="humaneval" in params.benchmarks)
@@ -303,7 +315,8 @@ def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
     server = (run.manifest.get("server") or {}) | {"stack": run.manifest.get("stack")}
     if params.side != "both":
         spec = side_spec(base_url, params)
-        record = _Record(run, side=params.side, endpoint=spec.record(), server=_server_words(server))
+        record = _Record(run, side=params.side, endpoint=spec.record(), server=_server_words(server),
+                         data=data_record(params))
         result = run_side(run.path, spec, params, log, server=server)
         if not result.valid:
             record(valid=False, invalid={params.side: result.reasons})
@@ -313,7 +326,8 @@ def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
         return result.summary if result.summary is not None else pd.DataFrame()
     ref, same = reference_spec(base_url, params)
     loc = local_spec(base_url, params)
-    record = _Record(run, reference=ref.record(), local=loc.record(), reference_is_local=same)
+    record = _Record(run, reference=ref.record(), local=loc.record(), reference_is_local=same,
+                     data=data_record(params))
     results = {role: run_side(run.path, spec, params, log, server=server)
                for role, spec in (("reference", ref), ("local", loc))}
     invalid = {role: r.reasons for role, r in results.items() if not r.valid}

@@ -1,0 +1,189 @@
+"""The parts of a rehearsal after its files are derived: running the campaign part by part, the rehearsal's record
+(``rehearsal.json``, ``experiments.csv``, ``would_fail.csv``, ``comparison.csv``) and its paper."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from offload_lab.campaigns import rehearse_cost
+from offload_lab.campaigns import runner as campaigns
+from offload_lab.core import runs
+from offload_lab.emulate.podmodel import PodModel
+from offload_lab.experiments.notebook import kind_of_notebook
+
+QUALITY_MODE = ("both sides on the emulated pod: its replies are fixed words, the same on every side, so the "
+                "comparison exercises the harness (canaries, scoring, pairing), not the model")
+
+
+def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str], None],
+              progress: Any = None) -> list[dict[str, Any]]:
+    """The boots, then each experiment, each through the ordinary runner; a failure is recorded and the next part
+    runs (the rehearsal's point is to find every step that would fail)."""
+    spec = rehearsal.spec
+    parts = ([campaigns.BOOTS] if spec.boots else []) + [e.experiment for e in spec.experiments]
+    out = []
+    for part in parts:
+        t0 = time.monotonic()
+        row: dict[str, Any] = {"part": part, "level": None, "message": None, "runs": [], "boots": []}
+        try:
+            res = campaigns.run_campaign(rehearsal, data_root=data_root, only=[part], log=log, progress=progress)
+            row["runs"] = [str(r) for r in res.runs]
+            row["boots"] = res.boot_attempts
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001  (a failing part is a finding of the rehearsal, never its end)
+            row["level"], row["message"] = "error", f"{type(e).__name__}: {str(e)[:800]}"
+            log(f"rehearsal: {part} would fail: {row['message']}")
+        row["seconds"] = time.monotonic() - t0
+        for b in row["boots"]:
+            if b.get("as_expected") is False:
+                row["level"] = "error"
+                row["message"] = (row["message"] or "") + f" boot {b['boot']}: {b['outcome']}, expected {b['expected']};"
+        for r in row["runs"]:
+            m = runs.load_manifest(r)
+            if m.get("outcome") != "ok" and row["level"] is None:
+                row["level"], row["message"] = "error", f"run {r} ended {m.get('outcome')}: {m.get('error')}"
+        row["step"] = f"campaign {part}"
+        out.append(row)
+    return out
+
+
+def _seconds(manifest: dict[str, Any]) -> float | None:
+    try:
+        a = dt.datetime.fromisoformat(str(manifest["started_at"]).replace("Z", "+00:00"))
+        b = dt.datetime.fromisoformat(str(manifest["ended_at"]).replace("Z", "+00:00"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (b - a).total_seconds()
+
+
+def _experiment_rows(pod: campaigns.Campaign, rehearsal: campaigns.Campaign,
+                     parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    full = {e.experiment: campaigns.experiment_params(pod, e) for e in pod.spec.experiments}
+    rows = []
+    for e in rehearsal.spec.experiments:
+        part = next((p for p in parts if p["part"] == e.experiment), {})
+        run = part.get("runs", [None])[-1] if part.get("runs") else None
+        m = runs.load_manifest(run) if run else {}
+        rows.append({"experiment": e.experiment, "kind": kind_of_notebook(e.notebook),
+                     "outcome": m.get("outcome", "not run"), "run": run, "seconds": _seconds(m) if m else None,
+                     "full": full.get(e.experiment, {}), "rehearsed": campaigns.experiment_params(rehearsal, e),
+                     "shortened": full.get(e.experiment) != campaigns.experiment_params(rehearsal, e)})
+    return rows
+
+
+def _latest(data_root: Path, campaign: str, experiment: str) -> Path | None:
+    return runs.latest_run(data_root, campaign, experiment)
+
+
+def comparison(model: PodModel, data_root: Path, campaign: str) -> list[dict[str, Any]]:
+    """The emulated measurements beside the published figures the pod model was built from."""
+    rows: list[dict[str, Any]] = []
+
+    def add(figure: str, published: float, emulated: Any, source: str, where: Path | None) -> None:
+        value = None if emulated is None or emulated != emulated else float(emulated)
+        rows.append({"figure": figure, "published": published, "emulated": value, "published_source": source,
+                     "file": str(where) if where else None})
+
+    d = model.decode
+    if (run := _latest(data_root, campaign, "agent_turns")) is not None and (run / "regimes.csv").is_file():
+        t = pd.read_csv(run / "regimes.csv").set_index("streams")
+        for s, med, p5 in zip(d.agent_turns.streams, d.agent_turns.median_tok_s, d.agent_turns.p5_tok_s):
+            got = t.loc[s] if s in t.index else None
+            add(f"agent turns, {s} stream(s): median tok/s", med, None if got is None else got["tok_s_median"],
+                d.agent_turns.provenance[:40], run / "regimes.csv")
+            add(f"agent turns, {s} stream(s): p5 tok/s", p5, None if got is None else got["tok_s_p5"],
+                d.agent_turns.provenance[:40], run / "regimes.csv")
+    if (run := _latest(data_root, campaign, "context")) is not None and (run / "summary.csv").is_file():
+        t = pd.read_csv(run / "summary.csv").set_index("context_tokens")
+        def near(n: int) -> int | None:
+            """The length run closest to the published one, if within 5% of it (else no comparison)."""
+            k = int(t.index[abs(t.index - n).argmin()])
+            return k if abs(k - n) <= 0.05 * n else None
+
+        f = model.prefill.fresh
+        for what, col, pairs in (("median TPOT after {k} tokens (published: {n}), ms", "tpot_median_ms",
+                                  zip(d.tpot_vs_context.context_tokens, d.tpot_vs_context.tpot_ms)),
+                                 ("TTFT of a fresh {k}-token prompt (published: {n}), s", "ttft_median_s",
+                                  zip(f.prompt_tokens, f.ttft_s))):
+            for n, pub in pairs:
+                if (k := near(n)) is not None:
+                    add(what.format(k=k, n=n), pub, t.loc[k, col], "published E4/E5", run / "summary.csv")
+    if (run := _latest(data_root, campaign, "cached_prefix")) is not None and (run / "summary.json").is_file():
+        import json
+
+        s = json.loads((run / "summary.json").read_text())
+        add(f"TTFT p95, {s.get('users')} users on a cached {s.get('prefix_tokens')}-token prefix, s",
+            model.prefill.cached.ttft_s, s.get("ttft_p95_s"), "published E4/E5", run / "summary.json")
+    return rows
+
+
+def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: PodModel, model_path: Path,
+                 over: Any, overrides_file: Path | str | None, data_root: Path, parts: list[dict[str, Any]],
+                 dry: dict[str, Any], failures: list[dict[str, Any]], seconds: float,
+                 time_scale: float) -> dict[str, Any]:
+    rows = _experiment_rows(pod, rehearsal, parts)
+    price = campaigns._price(pod)
+    totals = rehearse_cost.predict(model, rows, price)
+    name = rehearsal.spec.name
+    agent = _latest(data_root, name, "agent_turns")
+    timing = rehearse_cost.timing_error(agent / "agent_turns" / "events.jsonl") if agent else None
+    kinds = {r["kind"] for r in rows}
+    return {
+        "campaign": pod.spec.name, "campaign_file": str(pod.file), "campaign_sha256": runs.sha256_file(pod.file),
+        "rehearsal_campaign": name,
+        "pod_model": {"path": str(model_path), "file": model_path.name, "name": model.name,
+                      "sha256": runs.sha256_file(model_path), "source": model.source, "derived": model.derived(),
+                      "leaves_out": model.leaves_out},
+        "time_scale": time_scale,
+        "time_note": "no acceleration: the emulated pod serves every TTFT and TPOT in real time",
+        "overrides": {"file": str(overrides_file) if overrides_file else None,
+                      "sha256": runs.sha256_file(overrides_file) if overrides_file else None,
+                      "why": over.why, "experiments": over.experiments, "skip": over.skip},
+        "shortened": any(r["shortened"] for r in rows) or bool(over.skip),
+        "quality": QUALITY_MODE if "quality" in kinds else None,
+        "topology": "the campaign's expect_gpus is dropped: the emulated pod has no GPUs (the real pod's check runs "
+                    "there)",
+        "dry_runs": dry,
+        "parts": [{k: v for k, v in p.items() if k != "boots"} for p in parts],
+        "boots": [b for p in parts for b in p.get("boots", [])],
+        "experiments": rows,
+        "cost": totals,
+        "would_fail": failures,
+        "timing_error": timing,
+        "comparison": comparison(model, data_root, name),
+        "seconds": seconds,
+        "all_ok": all(r["outcome"] == "ok" for r in rows),
+    }
+
+
+def write(run: runs.Run, record: dict[str, Any]) -> None:
+    run.write_json("rehearsal.json", record)
+    cols = ["experiment", "kind", "outcome", "seconds", "shortened", "scale", "added_seconds", "model_seconds_full",
+            "model_seconds_rehearsed", "predicted_minutes", "predicted_cost", "basis"]
+    run.write_table("experiments.csv", pd.DataFrame([{c: r.get(c) for c in cols} for r in record["experiments"]]))
+    run.write_table("would_fail.csv", pd.DataFrame(record["would_fail"], columns=["step", "level", "item",
+                                                                                   "message", "fix"]))
+    run.write_table("comparison.csv", pd.DataFrame(record["comparison"],
+                                                   columns=["figure", "published", "emulated", "published_source",
+                                                            "file"]))
+
+
+def build_paper(name: str, data_root: Path, root: Path, out: Path | str | None,
+                failures: list[dict[str, Any]], log: Callable[[str], None]) -> Any:
+    from offload_lab.paper import build as paper
+
+    try:
+        built = paper.build_paper(campaign=name, data_root=data_root, repo_root=root,
+                                  out_dir=Path(out) if out else None)
+        log(f"paper of the rehearsal: {built.summary()}")
+        return built
+    except Exception as e:  # noqa: BLE001  (the paper build is one more step that may fail)
+        failures.append({"step": "paper build", "level": "error", "message": f"{type(e).__name__}: {str(e)[:800]}"})
+        log(f"rehearsal: the paper build would fail: {type(e).__name__}: {e}")
+        return None
