@@ -77,10 +77,7 @@ def embedded_journey(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     copy = make_bare_copy(tmp)
     campaign_file = _short_campaign(copy)
     env = bare_env(tmp / "home")
-    # One vLLM server at a time on this machine: wait for any other test's or session's server to be done with it.
-    done = subprocess.run(["flock", "/tmp/offload-vllm.lock", "make", "-C", str(copy), "-o", ".venvs/lab/.installed",
-                           "-o", ".venvs/server/.installed", "-o", ".venvs/sky/.installed", "run",
-                           f"CAMPAIGN={JOURNEY}"], env=env, capture_output=True, text=True, timeout=1800)
+    done = make(copy, env, "run", f"CAMPAIGN={JOURNEY}", timeout=1800)
     return {"copy": copy, "env": env, "done": done, "campaign_file": campaign_file, "before": before}
 
 
@@ -97,8 +94,10 @@ def test_make_run_ends_0_with_every_experiment_ok_and_the_paper_built(embedded_j
     text = _pdf_text(out / "paper.pdf")
     assert "random weights" in text
     claims = json.loads((out / "claims.json").read_text())["claims"]
-    assert claims and all(c["status"] == "ok" for c in claims.values()), [
-        k for k, c in claims.items() if c["status"] != "ok"]
+    # Every claim of an experiment this campaign ran resolved (the others are absent: their sections are left out).
+    ran = {e["experiment"] for e in spec["experiments"]}
+    unresolved = [k for k, c in claims.items() if c["experiment"] in ran and c["status"] != "ok"]
+    assert claims and not unresolved, unresolved
     # What `make run` says at its end is where things are.
     assert f"_output/{JOURNEY}/paper.pdf" in done.stdout
 

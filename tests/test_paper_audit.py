@@ -184,3 +184,15 @@ def test_an_empty_campaign_directory_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "data" / "embedded-fixture" / "context").mkdir(parents=True)
     with pytest.raises(InputError, match=r"campaign 'embedded-fixture': .* holds no run"):
         paper.build_paper("embedded-fixture", tmp_path / "data", tmp_path / "out", REPO_ROOT, use_quarto=False)
+
+
+def test_a_cross_reference_split_across_pdf_lines_is_not_a_typed_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by the `make run` journey: "(Table" ended a line of the PDF and "3, Figure 10)." began the next.
+    from offload_lab.paper import audit as audit_mod
+
+    lines = [("paper.pdf page 9", "the answers differ (Table"), ("paper.pdf page 9", "3, Figure 10)."),
+             ("paper.pdf page 9", "and 7 items flip.")]
+    monkeypatch.setattr(audit_mod, "pdf_lines", lambda _pdf: lines)
+    findings: list = []
+    audit_mod.audit_pdf(Path("paper.pdf"), audit_mod.Places(), findings)
+    assert [f.number for f in findings] == ["7"]

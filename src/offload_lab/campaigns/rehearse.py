@@ -25,6 +25,7 @@ into the pod campaign's own directory. Time is not accelerated (``time_scale: 1`
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from offload_lab.campaigns import rehearse_cost, rehearse_report
 from offload_lab.campaigns import runner as campaigns
-from offload_lab.core import environment, inputs, paths, runs
+from offload_lab.core import environment, inputs, runs
 from offload_lab.core.errors import InputError
 from offload_lab.emulate.podmodel import load_pod_model
 from offload_lab.server import stack as stackmod
@@ -44,6 +45,7 @@ DEFAULT_POD_MODEL = "configs/pods/study-published.yaml"
 EMULATOR_MODULE = "offload_lab.emulate.server"
 EXPERIMENT = "rehearsal"
 RECORD = "rehearsal.json"
+WORK = ".rehearsal-work"  # under the data root: dry runs, plans, the synthetic checkpoint (not runs)
 TIME_SCALE = 1.0  # no time acceleration: every TTFT and TPOT is served in real time
 
 
@@ -113,8 +115,8 @@ def emulated_stack(st: stackmod.Stack, pod_model: Path, checkpoint: Path, plans_
     data["name"] = f"{st.spec.name}-emulated"
     data["description"] = f"emulated {st.spec.name} (pod model {pod_model.name}): {st.spec.description}"
     data["extends"] = None
-    data["python"] = str(paths.find_root() / ".venvs" / "lab" / "bin" / "python") \
-        if (paths.find_root() / ".venvs" / "lab" / "bin" / "python").exists() else __import__("sys").executable
+    lab = st.root / ".venvs" / "lab" / "bin" / "python"
+    data["python"] = str(lab if lab.exists() else Path(sys.executable))
     data["model"]["path"] = str(checkpoint)
     data["model"]["build"] = None
     server = data["server"]
@@ -149,12 +151,15 @@ def _dry_runs(stacks: list[Path], root: Path, work: Path, checkpoint: Path | Non
         where = work / "dry-run" / st.spec.name
         where.mkdir(parents=True, exist_ok=True)
         info: dict[str, Any] = {"stack": str(path), "workdir": str(where)}
-        try:
-            script = install.plan_install(st).render()
-            (where / "install-dry-run.sh").write_text(script, encoding="utf-8")
-            info["script"] = str(where / "install-dry-run.sh")
-        except InputError as e:
-            problems.append({"step": f"stack install --dry-run {path.name}", "level": "error", "message": str(e)})
+        if st.spec.install is None:  # an environment made otherwise (the embedded stack's `make server-env`)
+            info["script"] = None
+        else:
+            try:
+                script = install.plan_install(st).render()
+                (where / "install-dry-run.sh").write_text(script, encoding="utf-8")
+                info["script"] = str(where / "install-dry-run.sh")
+            except InputError as e:
+                problems.append({"step": f"stack install --dry-run {path.name}", "level": "error", "message": str(e)})
         if dry_run_checks is not None:
             log(f"dry run of {path.name}: pins, patch receipts, model revisions, plans")
             found = dry_run_checks(st, where, checkpoint=checkpoint, log=log)
@@ -205,6 +210,8 @@ def derived_campaign(campaign: campaigns.Campaign, name: str, swap: dict[Path, P
     topo = dict(data.get("topology") or {})
     topo.pop("expect_gpus", None)
     data["topology"] = topo
+    # Its sessions are not pod time: the ledger prices pod sessions; what the pod would cost is in rehearsal.json.
+    data["ledger"] = False
     unknown = sorted((set(over.experiments) | set(over.skip)) - {e["experiment"] for e in data["experiments"]})
     if unknown:
         raise InputError(f"the overrides name experiments {unknown} that {campaign.file} does not have")
@@ -237,6 +244,9 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
     started = time.monotonic()
     campaign = campaigns.load_campaign(campaign_file)
     campaigns.validate(campaign)
+    if not campaign.spec.stack:
+        raise InputError(f"campaign file {campaign.file} names no stack: a rehearsal emulates the pod its stack "
+                         "describes; add `stack:`")
     root = campaign.root
     over = load_overrides(overrides_file)
     model_path = Path(pod_model or over.pod_model or DEFAULT_POD_MODEL)
@@ -256,11 +266,13 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
         "pod_model": str(model_path)}, kind=EXPERIMENT, environment=env)
     # Outside the run directory: the synthetic checkpoint's shards are sparse but hundreds of GB long, and a run's
     # files are all hashed when it finishes.
-    work = data_root / ".rehearsal-work" / name / run.run_id
+    work = data_root / WORK / name / run.run_id
     work.mkdir(parents=True, exist_ok=True)
+    # Scratch, never data: git must not pick up the checkpoint's sparse shards (288 GiB long, 25 MiB on disk).
+    (data_root / WORK / ".gitignore").write_text("*\n", encoding="utf-8")
     failures: list[dict[str, Any]] = []
     try:
-        ckpt = _checkpoint(campaign, data_root / ".rehearsal-work" / "checkpoints", log)
+        ckpt = _checkpoint(campaign, data_root / WORK / "checkpoints", log)
         stacks = stack_files(campaign)
         dry, problems = _dry_runs(stacks, root, work, ckpt, log)
         failures += problems
@@ -279,6 +291,7 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
         if overrides_file:
             run.file("overrides.yaml").write_bytes(Path(overrides_file).read_bytes())
         rehearsal = campaigns.load_campaign(derived, root=root)
+        failures += rehearse_report.length_problems(rehearsal)
         parts = rehearse_report.run_parts(rehearsal, data_root, log, progress)
         failures += [f for f in parts if f.get("level") == "error"]
         record = rehearse_report.build_record(

@@ -53,6 +53,42 @@ def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str
     return out
 
 
+def length_problems(campaign: campaigns.Campaign) -> list[dict[str, Any]]:
+    """Requests longer than the stack's ``max_model_len``, from the parameters alone: the load generator refuses
+    them before sending (the server's /tokenize reports the limit), so the experiment fails on the pod."""
+    from offload_lab.load.workloads import WorkloadSpec
+    from offload_lab.server import stack as stackmod
+
+    out = []
+    for e in campaign.spec.experiments:
+        if not e.needs_server:
+            continue
+        st = stackmod.load_stack(campaign.stack_path(e.stack), root=campaign.root).with_override(e.override)
+        limit = st.spec.server.flags.max_model_len
+        p, kind = campaigns.experiment_params(campaign, e), kind_of_notebook(e.notebook)
+        longest: list[tuple[str, int]] = []
+        if kind == "context":
+            longest = [("the longest context", max(p["context_lengths"]) + p["output_tokens"])]
+        elif kind == "concurrency":
+            longest = [(f"regime {n}", WorkloadSpec(**w).longest_prompt(p["requests_per_stream"]) + w["output_tokens"])
+                       for n, w in p["regimes"].items()]
+        elif kind == "agent_turns":
+            w = p | {"regime": "agent_turns"}
+            spec = WorkloadSpec(**{k: w[k] for k in ("regime", "initial_context_tokens", "turn_new_tokens",
+                                                     "output_tokens")})
+            longest = [("the last turn", spec.longest_prompt(p["turns"]) + p["output_tokens"])]
+        elif kind == "cached_prefix":
+            longest = [("prefix, suffix and reply", p["prefix_tokens"] + p["suffix_tokens"] + 2 + p["output_tokens"])]
+        for what, need in longest:
+            if limit and need > limit:
+                out.append({"step": f"preflight {e.experiment}", "level": "error", "item": what,
+                            "message": f"needs up to {need:,} tokens, over the stack's max_model_len {limit:,}: the "
+                                       "load generator refuses it before sending",
+                            "fix": "shorten it to fit (the study's longest prompt was 260,000 tokens) or raise "
+                                   "max_model_len"})
+    return out
+
+
 def _seconds(manifest: dict[str, Any]) -> float | None:
     try:
         a = dt.datetime.fromisoformat(str(manifest["started_at"]).replace("Z", "+00:00"))

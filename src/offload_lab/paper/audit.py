@@ -38,6 +38,9 @@ PLACES = "places.json"
 MARKERS = ("{{<", "?@", "?claim")
 
 _CROSSREFS = re.compile(r"\b(?:Figure|Fig\.|Table|Section|Appendix|Equation|Eq\.)\s+\d+(?:\.\d+)*")
+# A cross-reference the PDF's line breaking split: "(Table" ends one line and "3, Figure 10)" starts the next.
+_CROSSREF_WORD_AT_END = re.compile(r"\b(?:Figure|Fig\.|Table|Section|Appendix|Equation|Eq\.)\s*$")
+_NUMBER_AT_START = re.compile(r"^\s*\d+(?:\.\d+)*")
 _CITATIONS = [
     # author-date citations: "Kwon et al. 2023", "(Kwon and Li 2023a)"
     re.compile(r"[A-Z][\w'’\-]+(?:\s+et\s+al\.|\s+and\s+[A-Z][\w'’\-]+)?,?\s+\(?(?:19|20)\d{2}[a-z]?\b"),
@@ -134,7 +137,10 @@ def audit_pdf(pdf: Path, places: Places, findings: list[Finding]) -> None:
         findings += [Finding(where, m, text.strip()[:100]) for m in MARKERS if m in text]
         if i >= end:
             continue
-        for m in NUMBER_RE.finditer(_blank(text, [_CROSSREFS, *_CITATIONS])):
+        masked = _blank(text, [_CROSSREFS, *_CITATIONS])
+        if i and _CROSSREF_WORD_AT_END.search(lines[i - 1][1]):
+            masked = _blank(masked, [_NUMBER_AT_START])
+        for m in NUMBER_RE.finditer(masked):
             token = number_token(m.group(0))
             if budget.get(token, 0) > 0:
                 budget[token] -= 1

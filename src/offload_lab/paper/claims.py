@@ -49,6 +49,16 @@ Formatter = str | Callable[[Any], str]
 # --------------------------------------------------------------------------------------------------------------------
 
 
+# What a claim prints where it does not apply to the run it reads (a side answered once has no noise floor; inputs
+# taken from published figures have no measured run ids). The text guards such claims (`.when NAME not="n/a"`) or
+# prints the placeholder where a table cell is honestly empty; it holds no number, so the audit passes it.
+NA = "n/a"
+
+
+class NotApplicable(Exception):
+    """Raised by a claim function: the claim does not apply to this run; it resolves to :data:`NA`."""
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """The run of an experiment that the paper reads."""
@@ -363,6 +373,8 @@ def resolve_one(
     cited = ", ".join(sorted({f.path for f in bound.files}))
     try:
         value = _plain(d.compute(bound.sources))
+    except NotApplicable:
+        value = NA
     except ClaimError:
         raise
     except Exception as e:  # any bug or bad data in a claim function must name the claim and its files
@@ -372,7 +384,7 @@ def resolve_one(
     if d.kind == "table" and not (isinstance(value, dict) and "columns" in value and "rows" in value):
         raise ClaimError(f"{owner}: a table claim must return table_value(...), not {type(value).__name__}")
     try:
-        text = d.format(value)
+        text = NA if value == NA else d.format(value)
     except Exception as e:
         raise ClaimError(f"{owner}: formatting {value!r} failed: {type(e).__name__}: {e}") from e
     info = bound.info

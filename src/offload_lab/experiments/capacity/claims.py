@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from offload_lab.experiments.capacity.claims_sources import NA, na
+from offload_lab.paper.claims import NA
 from offload_lab.experiments.published.refclaims import CITES
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
@@ -166,7 +166,7 @@ def _split_kind(src: Sources) -> str:
 for _name, _key, _fmt, _unit in (("profile.hours_generating_published", "hours_generating", fmt_sig(2), "hours"),
                                  ("profile.q_published", "q", fmt_pct(1), "probability"),
                                  ("profile.fraction_of_week_published", "fraction_of_period", fmt_pct(1), "fraction")):
-    claim(_name, experiment=CAP, files=["profile.json"], fmt=na(_fmt), unit=_unit,
+    claim(_name, experiment=CAP, files=["profile.json"], fmt=_fmt, unit=_unit,
           description=f"{_key.replace('_', ' ')} as published (n/a when the profile publishes none)")(
         lambda src, _k=_key: _published(src, _k))
 

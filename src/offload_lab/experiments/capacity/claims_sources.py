@@ -9,52 +9,19 @@ it was published.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
-from offload_lab.paper.claims import ClaimDef, Sources
+from offload_lab.paper.claims import NA, ClaimDef, NotApplicable, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_pct
 
 CAP = "capacity"
 COST = "cost"
 SECTION: dict[str, ClaimDef] = {}
-# What a claim prints where it does not apply (a published run has no measured run ids, a user's export no
-# published q): every claim of an experiment with a run must resolve, so the text guards these with `.when ... not=`
-# or by the source, and the placeholder is never printed.
-NA = "n/a"
-
-
-class NotApplicable(Exception):
-    """The claim does not apply to this run's inputs; it resolves to :data:`NA`."""
-
-
-def na(fmt: Any) -> Callable[[Any], str]:
-    """``fmt`` for a value, :data:`NA` passed through."""
-    def f(v: Any) -> str:
-        if v == NA:
-            return NA
-        return fmt.format(v) if isinstance(fmt, str) else fmt(v)
-
-    return f
-
-
 def claim(name: str, **kw: Any) -> Callable[[Callable[[Sources], Any]], Any]:
-    """A claim that resolves to :data:`NA` when its function raises :class:`NotApplicable`."""
-    kw["fmt"] = na(kw.get("fmt", "{}"))
-    register = _claim(name, registry=SECTION, **kw)
-
-    def deco(fn: Callable[[Sources], Any]) -> Any:
-        @functools.wraps(fn)
-        def total(src: Sources) -> Any:
-            try:
-                return fn(src)
-            except NotApplicable:
-                return NA
-
-        return register(total)
-
-    return deco
+    """A claim of this section; one whose function raises :class:`NotApplicable` resolves to :data:`NA` (the
+    paper engine's rule)."""
+    return _claim(name, registry=SECTION, **kw)
 
 
 def _inputs(src: Sources) -> dict[str, Any]:

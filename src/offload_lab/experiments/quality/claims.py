@@ -11,7 +11,7 @@ import functools
 
 from typing import Any, Callable
 
-from offload_lab.paper.claims import ClaimDef, Sources
+from offload_lab.paper.claims import ClaimDef, NotApplicable, Sources
 from offload_lab.paper.formats import fmt_int
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.quality import EXPERIMENT
@@ -109,7 +109,7 @@ def _column_claim(benchmark: str, column: str, name: str = CSV) -> Callable[[Sou
         if value != value and column.startswith("first_divergence"):
             return NO_DIVERGENCE  # every answer agrees: there is no first differing token
         if value != value:  # NaN: nothing to report (a side with no second replicate)
-            raise ValueError(f"{name}: {benchmark} has no {column}")
+            raise NotApplicable(f"{name}: {benchmark} has no {column}")
         return value
 
     return f
@@ -118,8 +118,8 @@ def _column_claim(benchmark: str, column: str, name: str = CSV) -> Callable[[Sou
 def _noise(benchmark: str, side: str) -> Callable[[Sources], Any]:
     def f(src: Sources) -> float:
         nf = _bench(src, benchmark)["noise_floor"][side]
-        if nf is None:
-            raise ValueError(f"{benchmark}: the {side} side has no second replicate, so no noise floor")
+        if nf is None:  # the side answered each item once: there is no noise floor to print
+            raise NotApplicable(f"{benchmark}: the {side} side has no second replicate, so no noise floor")
         return float(nf["flip_fraction"])
 
     return f

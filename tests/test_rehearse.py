@@ -1,0 +1,151 @@
+"""A shortened rehearsal of the study-pod campaign, end to end: dry runs, emulated boots, every experiment through the
+real runner and notebooks, the record, and the paper; the study's answer follows from the emulated measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy.stats import binom
+
+from offload_lab.campaigns import rehearse
+from offload_lab.core import runs
+from offload_lab.experiments.concurrency import runner as concurrency
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMPAIGN = ROOT / "configs" / "campaigns" / "study-pod.yaml"
+SHORT = ROOT / "configs" / "rehearsals" / "study-pod-short.yaml"
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    return rehearse.rehearse(CAMPAIGN, data_root=tmp / "data", overrides_file=SHORT, paper_out=tmp / "paper",
+                             log=lambda s: None)
+
+
+def _latest(res, experiment: str) -> Path:
+    run = runs.latest_run(res.data_root, res.campaign, experiment)
+    assert run is not None, experiment
+    return run
+
+
+def test_every_experiment_ok_boots_as_published_nothing_would_fail(rehearsal):
+    rec = rehearsal.record
+    assert rec["all_ok"] and [f for f in rehearsal.failures if f.get("level") == "error"] == []
+    assert {r["experiment"]: r["outcome"] for r in rec["experiments"]} == {
+        e: "ok" for e in ("context", "concurrency", "agent_turns", "cached_prefix", "quality", "capacity", "cost")}
+    assert {b["boot"]: b["outcome"] for b in rec["boots"]} == {
+        "all-on-gpu": "oom_load", "plan-gen30": "ready", "upstream-uva-block64": "init_failure",
+        "upstream-uva-block128": "died_first_request"}
+    assert all(b["as_expected"] for b in rec["boots"])
+    # The dry runs found the pod stack's unpinned items (a real install refuses them without --allow-unpinned).
+    assert any(f.get("level") == "unpinned" for f in rehearsal.failures)
+    # Never into the pod campaign's own data; the rehearsal's name and shortening are recorded.
+    assert rehearsal.campaign == "study-pod-rehearsal-short" and rec["shortened"] and rec["time_scale"] == 1
+    assert rec["overrides"]["sha256"] == runs.sha256_file(SHORT)
+
+
+def test_the_study_answer_follows_from_the_emulated_runs(rehearsal):
+    agent = _latest(rehearsal, "agent_turns")
+    levels = pd.read_csv(agent / "regimes.csv")
+    verdict = concurrency.sweep_verdict(levels, 40.0, 0.10)
+    assert verdict["provisioning_streams"] == 4  # 4 streams kept at the bar with the 10% margin ...
+    assert levels.set_index("streams").loc[6, "tok_s_median"] < 44.0  # ... and 6 not
+    cost = _latest(rehearsal, "cost")
+    inputs = json.loads((cost / "inputs.json").read_text())
+    values, prov = inputs["values"], inputs["provenance"]
+    # The seat analysis read this rehearsal's own runs.
+    assert prov["streams_per_pod"]["path"] == str(agent) and values["streams_per_pod"] == 4
+    assert prov["runs"]["prefill"]["path"] == str(_latest(rehearsal, "context"))
+    q, streams = values["q"], values["streams_per_pod"]
+    seats = {a: max(n for n in range(1, 200) if binom.sf(streams, n, q) <= a) for a in (0.01, 0.05)}
+    assert seats == {0.01: 19, 0.05: 28}
+    pods = {t: min(m for m in range(1, 50) if binom.sf(streams * m, t, q) <= 0.01) for t in (100, 250)}
+    assert pods == {100: 4, 250: 7}
+    month = values["pod_eur_per_hour"] * 24 * 365 / 12
+    saving = {t: 1 - pods[t] * month / (values["seat_eur_per_month"] * t) for t in pods}
+    assert round(month / values["seat_eur_per_month"], 1) == 15.1
+    assert round(saving[100], 2) == 0.39 and round(saving[250], 2) == 0.58
+    # The paper prints exactly these.
+    c = {k: v["text"] for k, v in json.loads(rehearsal.paper.claims_json.read_text())["claims"].items()
+         if v["status"] == "ok"}
+    assert (c["agent.provisioning"], c["seats.alpha_1pct"], c["seats.alpha_5pct"]) == ("4", "19", "28")
+    assert (c["pods.team_100"], c["pods.team_250"], c["cost.break_even_seats"]) == ("4", "7", "15.1")
+    assert c["cost.saving_team_100"].startswith("39") and c["cost.saving_team_250"].startswith("5")
+    assert math.isclose(float(c["cost.saving_team_250"].rstrip("%")), saving[250] * 100, abs_tol=0.05)
+    # The volume figure beside the published one (168 tok/s of four agents on the study's pod).
+    assert c["capacity.published_pod_output_tok_s"] == "168" and int(c["volume.seats_full"].replace(",", "")) > 0
+
+
+def test_the_paper_says_it_is_a_rehearsal_and_names_the_pod_model(rehearsal):
+    html = Path(rehearsal.paper.outputs()["html"]).read_text()
+    first = html[: html.find(' id="sec-question"')]  # the first page: before the first section
+    assert "A rehearsal against an emulated pod" in first and "configs/pods/study-published.yaml" in first
+    import pypdf
+    page1 = pypdf.PdfReader(rehearsal.paper.outputs()["pdf"]).pages[0].extract_text()
+    assert "A rehearsal against an emulated pod" in page1 and "study-published.yaml" in page1
+
+
+def test_the_record_predicts_the_pod_and_measures_the_client(rehearsal):
+    rec = rehearsal.record
+    cost = rec["cost"]
+    assert cost["currency"] == "EUR" and cost["per_hour"] == 3.73
+    assert cost["predicted_cost"] == pytest.approx(cost["predicted_minutes"] / 60 * 3.73)
+    agent = next(r for r in rec["experiments"] if r["experiment"] == "agent_turns")
+    # The full sweep (88,000-token contexts, 400-token replies, 4 turns) is more pod time than the short one.
+    assert agent["model_seconds_full"] > agent["model_seconds_rehearsed"] > 0
+    assert agent["predicted_minutes"] * 60 == pytest.approx(agent["seconds"] + agent["added_seconds"])
+    # No time acceleration; the client's part of each TPOT is small against the emulated TPOT.
+    timing = rec["timing_error"]
+    assert timing["requests"] > 10 and timing["tpot_error_share_max"] < 0.02
+    comp = pd.DataFrame(rec["comparison"]).set_index("figure")
+    assert comp.loc["TTFT of a fresh 260000-token prompt (published: 260000), s", "emulated"] == pytest.approx(
+        45.07, rel=0.1)
+
+
+def test_the_campaign_as_written_asks_for_more_than_max_model_len_and_the_fit_overrides_do_not(tmp_path):
+    from offload_lab.campaigns import rehearse_report, runner
+    import yaml
+
+    pod = runner.load_campaign(CAMPAIGN)
+    found = rehearse_report.length_problems(pod)
+    assert {p["step"] for p in found} == {"preflight context", "preflight concurrency", "preflight cached_prefix"}
+    swap = {p: p for p in rehearse.stack_files(pod)}
+    fit = rehearse.derived_campaign(pod, "fit", swap, rehearse.load_overrides(ROOT / "configs/rehearsals/study-pod-fit.yaml"))
+    f = tmp_path / "fit.yaml"
+    f.write_text(yaml.safe_dump(fit))
+    assert rehearse_report.length_problems(runner.load_campaign(f, root=ROOT)) == []
+    # The derived file: the emulated pod has no GPUs to count, quality's reference is the emulated pod too, and the
+    # seats are priced by the pod's own stack file.
+    assert "expect_gpus" not in fit["topology"]
+    exps = {e["experiment"]: e["parameters"] for e in fit["experiments"]}
+    assert exps["quality"]["reference"] is None and exps["cost"]["price_stack"] == "configs/stacks/study-pod.yaml"
+    assert exps["context"]["context_lengths"][-1] == 260000 and exps["context"]["repeats"] == 3
+
+
+def test_overrides_are_checked(tmp_path):
+    from offload_lab.core.errors import InputError
+    from offload_lab.campaigns import runner
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments: {nope: {x: 1}}\n")
+    pod = runner.load_campaign(CAMPAIGN)
+    with pytest.raises(InputError, match="nope"):
+        rehearse.derived_campaign(pod, "x", {p: p for p in rehearse.stack_files(pod)}, rehearse.load_overrides(bad))
+    bad.write_text("experimentz: {}\n")
+    with pytest.raises(InputError, match="experimentz"):
+        rehearse.load_overrides(bad)
+
+
+def test_bad_input_exits_2_naming_it(tmp_path, capsys):
+    from offload_lab.cli.main import main
+
+    code = main(["campaign", "rehearse", str(CAMPAIGN), "--overrides", str(tmp_path / "missing.yaml"),
+                 "--data-dir", str(tmp_path / "data"), "--no-paper"])
+    assert code == 2 and "missing.yaml" in capsys.readouterr().err
