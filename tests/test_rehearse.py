@@ -109,18 +109,22 @@ def test_the_record_predicts_the_pod_and_measures_the_client(rehearsal):
         45.07, rel=0.1)
 
 
-def test_the_campaign_as_written_asks_for_more_than_max_model_len_and_the_fit_overrides_do_not(tmp_path):
+def test_the_campaign_fits_under_max_model_len_and_a_longer_request_is_found_before_the_pod(tmp_path):
+    # The rehearsal found that study-pod.yaml asked for 262,144-token prompts plus their output under a
+    # max_model_len of 262,144; the campaign now uses the study's own 260,000, and the preflight keeps it so.
     from offload_lab.campaigns import rehearse_report, runner
     import yaml
 
     pod = runner.load_campaign(CAMPAIGN)
-    found = rehearse_report.length_problems(pod)
-    assert {p["step"] for p in found} == {"preflight context", "preflight concurrency", "preflight cached_prefix"}
+    assert rehearse_report.length_problems(pod) == []
     swap = {p: p for p in rehearse.stack_files(pod)}
-    fit = rehearse.derived_campaign(pod, "fit", swap, rehearse.load_overrides(ROOT / "configs/rehearsals/study-pod-fit.yaml"))
-    f = tmp_path / "fit.yaml"
-    f.write_text(yaml.safe_dump(fit))
-    assert rehearse_report.length_problems(runner.load_campaign(f, root=ROOT)) == []
+    longer = rehearse.derived_campaign(pod, "longer", swap, rehearse.Overrides.model_validate(
+        {"campaign": "too-long", "experiments": {"context": {"context_lengths": [4096, 262144]}}}))
+    f = tmp_path / "longer.yaml"
+    f.write_text(yaml.safe_dump(longer))
+    assert {p["step"] for p in rehearse_report.length_problems(runner.load_campaign(f, root=ROOT))} == {
+        "preflight context"}
+    fit = rehearse.derived_campaign(pod, "fit", swap, rehearse.Overrides())
     # The derived file: the emulated pod has no GPUs to count, quality's reference is the emulated pod too, and the
     # seats are priced by the pod's own stack file.
     assert "expect_gpus" not in fit["topology"]

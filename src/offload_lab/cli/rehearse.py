@@ -21,7 +21,8 @@ def cmd_campaign_rehearse(args: argparse.Namespace) -> int:
                     "would_fail": res.failures})
     else:
         print(summary(res))
-    return 1 if any(f.get("level") == "error" for f in res.failures) else 0
+    # 4, as for a campaign with a failed notebook: a step that would fail on the pod.
+    return 4 if any(f.get("level") == "error" for f in res.failures) else 0
 
 
 def summary(res: Any) -> str:
@@ -62,7 +63,7 @@ def add_parser(csub: Any) -> None:
                     "emulated pod (a real OpenAI-compatible server timed by a pod model file, configs/pods/), after "
                     "dry runs of every stack's install and plan steps. Prints each experiment's outcome, the minutes "
                     "and cost it predicts on the real pod (the rehearsal's durations scaled by the pod model, times "
-                    "the stack's price) and every step that would fail; exit 1 when one would. Runs go to "
+                    "the stack's price) and every step that would fail; exit 4 when one would. Runs go to "
                     "<data-dir>/<name>-rehearsal/, never into the pod campaign's data; the paper says on its first "
                     "page that it is a rehearsal and names the pod model (docs/rehearsal.md).")
     p.add_argument("file", help="pod campaign file, e.g. configs/campaigns/study-pod.yaml")
