@@ -33,6 +33,7 @@ from aiohttp import web
 
 from offload_lab.emulate.engine import Engine, Tokenizer, render_chat
 from offload_lab.emulate.podmodel import PodModel, boot_rule, load_pod_model
+from offload_lab.load.tokensource import stream_chunk
 
 # Words of the emulated replies: fixed, so that every side of a comparison gets the same answer.
 REPLY_WORDS = ("the", "pod", "answers", "with", "fixed", "words", "and", "no", "meaning")
@@ -197,7 +198,8 @@ class Pod:
             self.engine.grow(held, len(ids), i + 1)
             if resp is not None:
                 finish = ("length" if n == int(body.get("max_tokens") or n) else "stop") if i == n - 1 else None
-                await resp.write(_sse(_chunk(rid, self.name, word, chat, finish, len(ids), i + 1, usage_details)))
+                await resp.write(_sse(stream_chunk(rid, self.name, word, i + 1, len(ids), chat, finish, role=i == 0,
+                                                   prompt_details=usage_details)))
             running = max(1, self.engine.running)
             deadline += m.tpot_ms(running, len(ids)) * factor / 1000.0
         self._observe(arrived, first, last, n)
@@ -272,19 +274,6 @@ async def _sleep_until(deadline: float) -> None:
     delay = deadline - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
-
-
-def _chunk(rid: str, model: str, text: str, chat: bool, finish: str | None, prompt_tokens: int, done: int,
-           details: dict[str, int]) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
-    if chat:
-        choice["delta"] = {"role": "assistant", "content": text} if done == 1 else {"content": text}
-    else:
-        choice["text"] = text
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "model": model,
-            "choices": [choice],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done,
-                      "prompt_tokens_details": details}}
 
 
 def _sse(chunk: dict[str, Any]) -> bytes:

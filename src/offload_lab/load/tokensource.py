@@ -63,19 +63,22 @@ def parse_fault(text: str) -> Fault:
     return Fault(**fields)
 
 
-def _chunk(rid: str, model: str, text: str, completion_tokens: int, prompt_tokens: int, chat: bool,
-           finish: str | None = None) -> dict[str, Any]:
+def stream_chunk(rid: str, model: str, text: str, completion_tokens: int, prompt_tokens: int, chat: bool,
+                 finish: str | None = None, role: bool = False,
+                 prompt_details: dict[str, int] | None = None) -> dict[str, Any]:
+    """One OpenAI-style streamed chunk with its running usage, as vLLM sends them (also the emulated pod's):
+    ``role`` puts the assistant role in a chat delta, ``prompt_details`` adds ``usage.prompt_tokens_details``."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
     if chat:
-        choice["delta"] = {"content": text}
+        choice["delta"] = {"role": "assistant", "content": text} if role else {"content": text}
     else:
         choice["text"] = text
-    return {
-        "id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "model": model,
-        "choices": [choice],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    }
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+    if prompt_details is not None:
+        usage["prompt_tokens_details"] = prompt_details
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "model": model,
+            "choices": [choice], "usage": usage}
 
 
 class TokenSource:
@@ -132,7 +135,8 @@ class TokenSource:
                         start += int(fault.stall_s * 1e9)
                         t += int(fault.stall_s * 1e9)
                 await self._sleep_until(t)
-                chunk = _chunk(rid, self.model, f" t{i}", i + 1, prompt_tokens, chat, "length" if i == n - 1 else None)
+                chunk = stream_chunk(rid, self.model, f" t{i}", i + 1, prompt_tokens, chat,
+                                     "length" if i == n - 1 else None)
                 chunk["x_sent_ns"] = time.monotonic_ns()
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 t = self._next_deadline(t, start, i)

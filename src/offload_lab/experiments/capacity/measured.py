@@ -37,6 +37,7 @@ from offload_lab.paper import selection
 from offload_lab.seats import capacity
 from offload_lab.seats.profile import UsageProfile, profile_timing
 from offload_lab.seats.usage_export import load_usage
+from offload_lab.server.stack import load_stack
 
 REGIMES = "regimes.csv"
 EVENTS = "events.jsonl"
@@ -177,27 +178,11 @@ def pod_price(stack_record: dict[str, Any], price_stack: str | None, seat_curren
 
 
 def stack_price(file: Path, root: Path) -> dict[str, Any] | None:
-    """A stack file's ``price`` block (its own, else the one of the file it extends), validated as the stack
-    loader validates it. Only the price is read: the rest of the file is the server's business."""
-    from offload_lab.core.inputs import read_yaml
-    from offload_lab.server.spec import Price
-
-    seen: list[Path] = []
-    while True:
-        if not file.is_file():
-            raise InputError(f"price_stack: stack file {file} does not exist")
-        if file.resolve() in seen:
-            raise InputError(f"price_stack: stack file {file}: `extends` goes round in a circle")
-        seen.append(file.resolve())
-        data = read_yaml(file, "stack file")
-        if data.get("price") is not None:
-            try:
-                return Price.model_validate(data["price"]).model_dump()
-            except ValueError as e:
-                raise InputError(f"stack file {file}: its price block is not valid: {e}") from e
-        if not isinstance(data.get("extends"), str):
-            return None
-        file = paths.resolve_in_root(data["extends"], root)
+    """A stack file's ``price`` block (its own, else the one of the file it extends), as the stack loader reads it."""
+    if not file.is_file():
+        raise InputError(f"price_stack: stack file {file} does not exist")
+    price = load_stack(file, root=root).spec.price
+    return price.model_dump() if price else None
 
 
 def published_beside(data_root: Path, transcription: str, root: Path) -> dict[str, Any]:
