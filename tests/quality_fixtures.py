@@ -95,7 +95,11 @@ def write_quality_run(data_root: Path, campaign: str = "embedded-fixture", run_i
     from offload_lab.core import runs
     from offload_lab.experiments.quality import runner as experiment
 
-    run = runs.new_run(data_root, campaign, "quality", {"replicates": 2, "resamples": 1000}, run_id=run_id)
+    # The embedded campaign's comparison (configs/campaigns/embedded.yaml), which the embedded paper's prose describes
+    # (a .setup block): the fixture campaigns are of the embedded kind.
+    compare = {"reference": "quality_float32", "local": "quality_bfloat16"}
+    run = runs.new_run(data_root, campaign, "quality", {"replicates": 2, "resamples": 1000, "compare_runs": compare},
+                       run_id=run_id)
     benches = {"gsm8k": [str(i) for i in range(n)], "ifeval": [str(1000 + i) for i in range(n)],
                "humaneval": [f"HumanEval/{i}" for i in range(n)]}
     for role, right in (("reference", reference_right), ("local", local_right)):

@@ -93,3 +93,25 @@ def test_the_analysis_run_records_what_it_read(tmp_path):
     on_disk = pd.read_csv(run.path / "boot_spread.csv")
     assert list(on_disk.columns) == list(sp.columns)
     assert set(on_disk["metric"]) == {"tpot_ms", "ttft_s"}
+
+
+def test_the_topology_comparison_reads_the_repeated_context_runs_of_several_machines(tmp_path):
+    """A repeat-boot campaign split over pods runs context_repeat, not context: the topology section reads it."""
+    from paper_fixtures import ENVIRONMENT, REPO_ROOT, context_events, context_summary
+
+    from offload_lab.paper import claims as cl
+    from offload_lab.paper.discovery import claim_registry
+
+    for i, host in enumerate(("pod-a", "pod-b")):
+        run = runs.new_run(tmp_path, "rep", "context_repeat", {}, run_id=f"20260101T00{i}000Z-c0000{i}",
+                           environment={**ENVIRONMENT, "hostname_hash": host})
+        events = [{**e, "tpot_ms": e["tpot_ms"] * (1 + i)} if e.get("tpot_ms") else e for e in context_events()]
+        with run.events("events.jsonl") as log:
+            for e in events:
+                log.append(e)
+        run.write_table("summary.csv", context_summary(events))
+        run.finish("ok")
+    got = cl.resolve_claims("rep", tmp_path, REPO_ROOT, registry=claim_registry())
+    assert got["topology.comparison"].status == "absent"
+    text = got["topology.comparison_repeat"].text
+    assert text.startswith("possible: the slowest machine's median TPOT was") and "on 2 machines" in text

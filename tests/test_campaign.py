@@ -70,6 +70,8 @@ def test_context_notebook_runs_through_papermill_into_a_verified_run(tmp_path, r
     # The output notebook stores the parameters it ran with; the summary recomputes from the raw events.
     nb = nbformat.read(run_dir / "notebook.ipynb", as_version=4)
     assert nb.metadata["papermill"]["parameters"]["run_dir"] == str(run_dir)
+    # ... and shows its figures inline (issue 23)
+    assert any({"image/png", "image/svg+xml"} & set(o.get("data", {})) for c in nb.cells for o in c.get("outputs", []))
     from offload_lab.experiments.context import runner as context_length
 
     pd.testing.assert_frame_equal(context_length.summarize_run(run_dir), summary, check_dtype=False)

@@ -140,8 +140,14 @@ def test_one_numa_node_is_not_marked_and_the_gpu_count_is_checked(setup, monkeyp
     result = campaign.run_campaign(campaign_file(tmp, spec), data_root=tmp / "data", log=lambda s: None)
     assert result.topology["marked"] is False and result.topology["crosses_sockets"] is False
     spec["topology"]["expect_gpus"] = 4
+    # analysis only (after a merge, on a laptop): the GPU rule applies where a server starts, and the session is
+    # not priced at the pod's rate
+    result = campaign.run_campaign(campaign_file(tmp, spec, "c2.yaml"), data_root=tmp / "data", log=lambda s: None)
+    assert result.topology["applies"] is False
+    assert [s["price"] for s in ledger.read_ledger(tmp / "data", "topo")][-1] is None
+    spec["experiments"][0]["needs_server"] = True
     with pytest.raises(InputError, match="expects 4 GPU"):
-        campaign.run_campaign(campaign_file(tmp, spec, "c2.yaml"), data_root=tmp / "data", log=lambda s: None)
+        campaign.run_campaign(campaign_file(tmp, spec, "c3.yaml"), data_root=tmp / "data", log=lambda s: None)
 
 
 def test_no_gpu_is_recorded_as_unchecked(setup):

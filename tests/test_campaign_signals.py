@@ -52,6 +52,9 @@ def test_a_signal_stops_the_campaign_marks_the_run_and_closes_the_ledger(tmp_pat
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
+    # offload-lab's own line ends it: no kernel ZMQError, no abandoned cell's CellExecutionError (issue 23)
+    assert "Traceback" not in out and "ZMQError" not in out, out
+    assert out.strip().splitlines()[-1] == f"offload-lab: stopped by {signal.Signals(sig).name}"
     m = runs.load_manifest(run_dirs[0])
     assert m["outcome"] == "stopped", out
     name = signal.Signals(sig).name

@@ -17,7 +17,7 @@ import pytest
 
 from offload_lab.core import paths, runs
 from offload_lab.core.errors import InputError
-from offload_lab.experiments.capacity import measured
+from offload_lab.published import measured_inputs as measured
 from offload_lab.experiments.capacity.runner import CapacityParams
 from offload_lab.experiments.capacity.runner import run_experiment as run_capacity
 from offload_lab.experiments.cost.runner import CostParams

@@ -12,7 +12,7 @@ import yaml
 
 from offload_lab.core import runs
 from offload_lab.emulate.podmodel import load_pod_model
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 from offload_lab.load import client as load
 from offload_lab.load import metrics, prompts, workloads
 from offload_lab.load.endpoint import Endpoint

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from offload_lab.campaigns import execute
 from offload_lab.core import runs
 from offload_lab.experiments import cells
 from offload_lab.experiments import notebook as nbmod
@@ -75,9 +76,10 @@ def _repo_copy(tmp_path: Path) -> Path:
 
 
 def _papermill(root: Path, cwd: Path, *params: str) -> subprocess.CompletedProcess:
-    # The plain python3 kernel: the project's own kernel pins the checkout it was installed from.
+    # The project's own kernel, installed by `make envs` from this checkout: it must not pin that checkout, so a run
+    # from the copy lands in the copy's data/ (no OFFLOAD_LAB_ROOT in its spec or in the environment).
     args = [str(BIN / "papermill"), str(root / "notebooks/published.ipynb"), str(cwd / "out.ipynb"), "--cwd", str(cwd),
-            "-k", "python3"]
+            "-k", execute.KERNEL_NAME]
     for p in params:
         args += ["-p", *p.split("=", 1)]
     env = {k: v for k, v in os.environ.items() if k != "OFFLOAD_LAB_ROOT"}

@@ -98,8 +98,25 @@ def test_memory_math_json_rows(capsys):
     assert code == 2 and "--params 'many': not a parameter count" in err
     code, out, _ = _run(capsys, "memory-math", "--params", "763.2B")
     assert code == 0 and "ladder offload-lab (GiB)" in out
-    code, _, err = _run(capsys, "memory-math", "--params", "763.2B", "--ladder", "community-page")
-    assert code == 2 and "not transcribed" in err
+    code, out, _ = _run(capsys, "memory-math", "--params", "763.2B", "--ladder", "community-page")
+    assert code == 0 and "printed rows are for 748,600,000,000 parameters" in out  # another count: not compared
+
+
+def test_memory_math_reproduces_the_community_pages_table(capsys):
+    """The page's table, transcribed: every weight within 0.5% of the printed one, every smallest memory equal, and
+    both printed with the difference."""
+    code, out, _ = _run(capsys, "memory-math", "--params", "748.6e9", "--ladder", "community-page", "--json")
+    rows = {r["format"]: r for r in json.loads(out)}
+    assert code == 0 and len(rows) == 7 and "native release format" in rows
+    for r in rows.values():
+        assert r["smallest_memory_agrees"] is True and r["smallest_memory_gb"] == r["printed_smallest_memory_gb"]
+        if r["bits_per_weight"] is not None:
+            assert abs(r["weight_difference_pct"]) < 0.5 and r["weight_within_tolerance"] is True
+            assert r["weight_difference_gb"] == pytest.approx(r["weight_gb"] - r["printed_weight_gb"])
+    assert rows["Q4_K_M"]["printed_weight_gb"] == 458.0 and rows["Q4_K_M"]["smallest_memory_gb"] == 512
+    assert rows["Q5_K_M"]["smallest_memory_gb"] == 1024
+    code, out, _ = _run(capsys, "memory-math", "--params", "748.6B", "--ladder", "community-page")
+    assert code == 0 and "458.0" in out and "457.6" in out and "-0.4 GB" in out and "DIFFERS" not in out
 
 
 def test_checkpoint_synth(capsys, repo_root, tmp_path):

@@ -143,6 +143,22 @@ def test_make_paper_reference_runs_every_notebook_and_builds_the_whole_paper(ref
     assert len(PdfReader(out / "paper.pdf").pages) >= 10
 
 
+def test_the_reference_paper_prints_published_figures_beside_their_recomputation(
+        reference_journey: dict[str, Any]) -> None:
+    """A sample of both transcriptions' figures, read back from the whole reference PDF: the central result, the
+    volume from the joint inference, 1,847 EUR beside its recomputation, the community page's memory-math rows, the
+    blog's scores; and none of the typesetting defects of issue 21."""
+    assert reference_journey["done"].returncode == 0, tail(reference_journey["done"])
+    pdf = reference_journey["copy"] / "_output" / "reference" / "paper.pdf"
+    text = " ".join(" ".join(page.extract_text() for page in PdfReader(pdf).pages).split())
+    for figure in ("262 by volume. 19 by concurrency.", "1,847 EUR a month more than subscriptions", "1,846",
+                   "261 to 263", "about 183", "0.960", "458.0", "457.6", "1,024", "about 1,526.7", "1,526.4",
+                   "missed exactly the same questions", "149.9 GiB in all"):
+        assert figure in text, figure
+    for defect in ("++", "−+", "+−", "−0.0%", "183.0 ", "gen30′s", "1 errors"):
+        assert defect not in text, defect
+
+
 def test_without_the_published_summary_the_published_run_says_it_was_not_checked(
         reference_journey: dict[str, Any]) -> None:
     copy = reference_journey["copy"]

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from offload_lab.campaigns import runner as campaign
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 from offload_lab.core import runs
 from offload_lab.load import workloads
 

@@ -11,7 +11,7 @@ import pytest
 from offload_lab.bench import clock_check
 from offload_lab.core import procs, runs
 from offload_lab.core.errors import ServerError
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 from offload_lab.load import client as load
 from offload_lab.load import closed_loop, workloads
 

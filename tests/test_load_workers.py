@@ -1,5 +1,5 @@
-"""Worker processes, open-loop schedules, the client-health verdict, the endpoint's redaction and compare-vllm's
-collision check (issue 15). Short runs against the calibrated token source; no test asserts a wall-clock time."""
+"""Worker processes, open-loop schedules, the client-health verdict, the endpoint's redaction and vllm bench's
+arguments (issue 15). Short runs against the calibrated token source; no test asserts a wall-clock time."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from offload_lab.bench import clock_check, vllm_bench
 from offload_lab.bench import open_loop as open_bench
 from offload_lab.core import procs, runs
 from offload_lab.core.errors import InputError, ServerError
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 from offload_lab.load import closed_loop, health, open_loop, workers, workloads
 from offload_lab.load.endpoint import Endpoint
 
@@ -152,30 +152,6 @@ def test_the_endpoint_never_shows_its_credentials():
     assert "s3cret" not in str(err.value) and "***@127.0.0.1:9" in str(err.value)
     with pytest.raises(InputError, match="not an http"):
         Endpoint("ftp://host")
-
-
-class _FakeTokenizer:
-    """Token ids: one per character, so two texts share a first block when their first characters do."""
-
-    def tokenize(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-
-def test_compare_vllm_refuses_prompts_that_share_a_first_block():
-    tok = _FakeTokenizer()
-    clean = {(0, "ours"): ["abcd-1", "efgh-2"], (0, "vllm"): ["ijkl-3", "mnop-4"]}
-    assert vllm_bench.first_block_collisions(tok, clean, 4) == []
-    clash = {(0, "ours"): ["abcd-1"], (0, "vllm"): ["abcd-9"]}
-    assert vllm_bench.first_block_collisions(tok, clash, 4) == [("0/ours/0", "0/vllm/0")]
-
-
-def test_compare_vllm_refuses_a_ttft_ratio_when_cache_hits_differ():
-    rows = [{"round": 0, "cached_tokens_ours": 0.0, "cached_tokens_vllm": 3584.0, "ours_ttft_median_ms": 10.0,
-             "vllm_ttft_median_ms": 8.0}]
-    v = vllm_bench._ttft_verdict(rows, 128, 16)
-    assert v["ttft_ratio"] is None and "cached prompt tokens differ" in v["refused"]
-    rows[0]["cached_tokens_vllm"] = 0.0
-    assert vllm_bench._ttft_verdict(rows, 128, 16)["ttft_ratio"] == pytest.approx(1.25)
 
 
 def test_bench_args_turn_warm_ups_off_and_use_our_prompts(tmp_path):

@@ -130,11 +130,13 @@ def test_memory_math_rows():
             memory.parse_count(bad)
 
 
-def test_memory_math_ladders_are_named_and_the_pages_is_not_invented():
+def test_memory_math_ladders_are_named_and_the_pages_steps_in_powers_of_two_of_decimal_gb():
     inputs = memory.memory_math_inputs()
     assert inputs.default_ladder == "offload-lab" and set(inputs.ladders) == {"offload-lab", "community-page"}
-    assert inputs.ladders["community-page"].sizes is None and inputs.ladders["community-page"].unit == "GB"
-    with pytest.raises(InputError, match=r"--ladder community-page: its sizes are not transcribed"):
-        memory.memory_math(763.2e9, ladder="community-page")
+    page = inputs.ladders["community-page"]
+    assert page.unit == "GB" and all(s == 2 ** i for i, s in enumerate(page.sizes))
+    assert "community-memory-math" in page.provenance
+    rows = memory.memory_math(748.6e9, ladder="community-page")
+    assert [r["smallest_memory_gb"] for r in rows] == [1024, 1024, 1024, 512, 512, 512]
     with pytest.raises(InputError, match=r"--ladder nope: no such ladder"):
         memory.memory_math(763.2e9, ladder="nope")

@@ -15,11 +15,15 @@ import pytest
 from pypdf import PdfReader
 
 from offload_lab.paper import build as paper
+from offload_lab.paper import sections
 from offload_lab.paper.pandoc_ast import _stringify
 from offload_lab.core.errors import AuditError, ClaimError, InputError
-from paper_fixtures import ALL_EXPERIMENTS, REPO_ROOT, copy_paper_sources, make_campaign, write_boots
+from paper_fixtures import (ALL_EXPERIMENTS, REPO_ROOT, copy_paper_sources, copy_section_fragments, make_campaign,
+                            write_boots)
 
 WARNING = "tiny mixture-of-experts model with random weights"
+QUESTION = "## The question {#sec-question}\n"  # in paper.qmd
+LIMITS = "No baseline holds every weight"  # the opening of paper/sections/limits-end.qmd, where tests add prose
 FIGURES = ("audit_fit", "plan_traffic", "boot_spread", "context_tpot", "prefill_cold_cached", "concurrency_tok_s",
            "agent_turns_tok_s", "quality_delta", "quality_flips")
 
@@ -45,14 +49,15 @@ def pdf_pages(built: paper.BuildResult) -> list[str]:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A copy of the paper's sources that a test may edit."""
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the paper's sources that a test may edit: paper/ and the experiment folders' prose."""
+    copy_section_fragments(tmp_path / "prose", monkeypatch)
     return copy_paper_sources(tmp_path / "repo")
 
 
 def _edit_qmd(repo: Path, old: str, new: str) -> tuple[Path, int]:
     """Replace ``old`` in whichever source of the paper holds it; return that file and the line of the edit."""
-    for qmd in sorted((repo / "paper").rglob("*.qmd")):
+    for qmd in paper.paper_sources(repo):
         text = qmd.read_text()
         if old in text:
             text = text.replace(old, new, 1)
@@ -74,16 +79,32 @@ def _prepared_text(campaign: str, data: Path, tmp_path: Path, repo: Path = REPO_
 # The build ----------------------------------------------------------------------------------------------------------
 
 
-def test_the_build_writes_a_real_pdf_and_html(built: paper.BuildResult, pdf_pages: list[str]) -> None:
+def _ran(data: Path, campaign: str) -> set[str]:
+    return {p.parent.parent.name for p in (data / campaign).glob("*/*/manifest.json")}
+
+
+def _left_out(ran: set[str]) -> set[str]:
+    """The notes a paper of a campaign that ran ``ran`` prints: a topic none of whose variants can be printed names
+    what its first variant lacks (unless that variant is a remark, note="none")."""
+    notes = set()
+    for topic in sections.topics(sections.fragments(REPO_ROOT)):
+        if topic.choices and not any(set(f.experiments) <= ran for f in topic.choices):
+            first = topic.choices[0]
+            if first.place.note != "none":
+                notes.add(", ".join(e for e in first.experiments if e not in ran))
+    return notes
+
+
+def test_the_build_writes_a_real_pdf_and_html(built: paper.BuildResult, pdf_pages: list[str], data: Path) -> None:
     assert built.renderer == "pandoc+typst"
     assert built.pdf.read_bytes()[:5] == b"%PDF-"
     assert len(pdf_pages) >= 6
     html = built.html.read_text()
     assert "<html" in html and "Reading and writing long contexts" in html
     assert "{{<" not in html and "?claim" not in html
-    # Only seats and cost and the cached prefix are left out: the fixture has the other measured experiments.
+    # The topics whose every variant needs an experiment the fixture did not run say so, and no other.
     notes = re.findall(r"Left out: this campaign has no finished run of the ([^<]*?) experiment", _flat(html))
-    assert notes and set(notes) == {"capacity", "cached_prefix"}
+    assert set(notes) == _left_out(_ran(data, "embedded-fixture"))
     assert built.seconds < 30
     assert set(built.outputs()) >= {"pdf", "html", "claims"}
 
@@ -151,6 +172,13 @@ def test_html_claims_link_to_their_data_file_and_notebook(built: paper.BuildResu
     cap = re.search(r'Data: <a href="([^"]+)" class="figure-source"[^>]*>agent_turns/regimes.csv</a>', html)
     assert cap and (built.html.parent / cap.group(1)).resolve().is_file()
     assert 'class="figure-notebook"' in html
+
+
+def test_the_pdf_prints_no_text_over_text_and_no_tall_narrow_cell(built: paper.BuildResult) -> None:
+    # The way figures.legend_problems checks legends, read back from the PDF's glyphs (offload_lab.paper.layout).
+    from offload_lab.paper.layout import pdf_layout_problems
+
+    assert pdf_layout_problems(built.pdf) == []
 
 
 def test_the_provenance_appendix_lists_every_claim_and_file(built: paper.BuildResult, pdf_pages: list[str]) -> None:
@@ -253,13 +281,13 @@ def test_an_unknown_claim_fails_naming_it_and_its_line(repo: Path, data: Path, t
 
 def test_an_absent_claim_used_outside_its_section_fails(repo: Path, tmp_path: Path) -> None:
     data = make_campaign(tmp_path / "data", experiments=("boots",))
-    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nAt {{< claim context.tpot_ratio >}}.\n")
+    _edit_qmd(repo, LIMITS, "At {{< claim context.tpot_ratio >}}.\n\n" + LIMITS)
     with pytest.raises(ClaimError, match=r"claim context\.tpot_ratio is used but absent"):
         paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
 
 
 def test_a_table_claim_inside_a_sentence_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
-    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\nSee {{< claim boots.table >}}.\n")
+    _edit_qmd(repo, LIMITS, "See {{< claim boots.table >}}.\n\n" + LIMITS)
     with pytest.raises(InputError, match="table claim boots.table must stand alone"):
         paper.prepare("embedded-fixture", data, repo, tmp_path / "gen")
 
@@ -384,13 +412,40 @@ def test_the_quarto_shortcode_prints_claims_and_marks_unknown_ones(
 def test_a_number_that_slips_past_the_lint_is_caught_in_the_pdf(repo: Path, data: Path, tmp_path: Path) -> None:
     # Included files are not linted (the provenance table is one); the rendered audit still sees their numbers.
     (repo / "paper" / "sections" / "snippet.md").write_text("We ran 5150 extra requests.\n")
-    _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n{{< include snippet.md >}}\n")
+    _edit_qmd(repo, QUESTION, QUESTION + "\n{{< include sections/snippet.md >}}\n")
     with pytest.raises(AuditError) as e:
         paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
     assert "'5150'" in str(e.value) and "paper.pdf page" in str(e.value) and "paper.html line" in str(e.value)
 
 
 def test_an_executable_cell_is_refused(repo: Path, data: Path, tmp_path: Path) -> None:
-    _, line = _edit_qmd(repo, "## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n```{python}\nx = 1\n```\n")
-    with pytest.raises(InputError, match=rf"_limits.qmd:{line + 2}: executable code cells"):
+    _, line = _edit_qmd(repo, LIMITS, "```{python}\nx = 1\n```\n\n" + LIMITS)
+    with pytest.raises(InputError, match=rf"limits-end.qmd:{line}: executable code cells"):
         paper.build_paper("embedded-fixture", data, tmp_path / "out", repo, use_quarto=False)
+
+
+# Prose that states a setup ------------------------------------------------------------------------------------------
+
+
+def _setup_paragraph(repo: Path, attrs: str) -> None:
+    _edit_qmd(repo, LIMITS, f"::: {{.setup experiment=\"context\" {attrs}}}\nEach context was measured a few times.\n"
+                            f":::\n\n" + LIMITS)
+
+
+def test_a_paragraph_whose_setup_the_cited_run_contradicts_fails_the_build(repo: Path, data: Path,
+                                                                           tmp_path: Path) -> None:
+    from paper_fixtures import REPEATS
+
+    _setup_paragraph(repo, f'repeats="{REPEATS + 1}"')
+    with pytest.raises(InputError) as e:
+        paper.prepare("embedded-fixture", data, repo, tmp_path / "gen")
+    assert "Each context was measured" in str(e.value) and f"repeats='{REPEATS + 1}'" in str(e.value)
+    assert f"has '{REPEATS}'" in str(e.value)
+
+
+def test_a_paragraph_whose_setup_matches_is_printed(repo: Path, data: Path, tmp_path: Path) -> None:
+    from paper_fixtures import REPEATS
+
+    _setup_paragraph(repo, f'repeats="{REPEATS}"')
+    text = _flat(_stringify(paper.prepare("embedded-fixture", data, repo, tmp_path / "gen").ast["blocks"]))
+    assert "Each context was measured a few times." in text

@@ -46,9 +46,9 @@ def _audit_html(built: paper.BuildResult, page: Path) -> list[str]:
 def _with_snippet(repo: Path, text: str) -> None:
     """An included file (included files are not linted): what reaches the rendered audit alone."""
     (repo / "paper" / "sections" / "snippet.md").write_text(text)
-    limits = repo / "paper" / "sections" / "_limits.qmd"
-    body = limits.read_text()
-    limits.write_text(body.replace("## Limits {#sec-limits}\n", "## Limits {#sec-limits}\n\n{{< include snippet.md >}}\n", 1))
+    qmd = repo / "paper" / "paper.qmd"
+    heading = "## The question {#sec-question}\n"
+    qmd.write_text(qmd.read_text().replace(heading, heading + "\n{{< include sections/snippet.md >}}\n", 1))
 
 
 def test_the_built_paper_passes(built: paper.BuildResult) -> None:
@@ -100,9 +100,8 @@ def test_leading_decimals_are_numbers(built: paper.BuildResult, tmp_path: Path) 
 
 def test_a_nocheck_literal_allows_only_its_own_place(data: Path, tmp_path: Path) -> None:
     repo = copy_paper_sources(tmp_path / "repo")
-    limits = repo / "paper" / "sections" / "_limits.qmd"
-    limits.write_text(limits.read_text().replace("## Limits {#sec-limits}\n",
-                                                 "## Limits {#sec-limits}\n\nA year has [8766]{.nocheck} hours.\n", 1))
+    limits = repo / "paper" / "sections" / "limits-end.qmd"
+    limits.write_text(limits.read_text().replace("No baseline", "A year has [8766]{.nocheck} hours.\n\nNo baseline", 1))
     paper.build_paper("embedded-fixture", data, tmp_path / "ok", repo, use_quarto=False, formats=("html",))  # it passes
     _with_snippet(repo, "And 8766 more.\n")
     with pytest.raises(AuditError, match=r"'8766'") as e:
@@ -169,7 +168,8 @@ def test_the_appendix_lists_only_what_the_paper_shows(built: paper.BuildResult) 
     provenance = (built.claims_json.parent / paper.GENERATED / "provenance.md").read_text()
     listed = set(re.findall(r"^\| `([a-z_]+)` \| `[a-z_]+/", provenance, re.M)) & set(built.figures)
     assert listed == set(built.shown_figures)
-    claims = set(re.findall(r"^\| `([\w.]+)` \|", provenance, re.M)) & set(
+    # A claim is a row of the claims table, or (printed as words) a term of the list under it.
+    claims = set(re.findall(r"^(?:\| )?`([\w.]+)` [|(]", provenance, re.M)) & set(
         json.loads(built.claims_json.read_text())["claims"])
     assert claims == set(built.shown_claims)
     rows = [r.split(" | ") for r in provenance.split("**Claims**")[1].split("**Figures")[0].splitlines()

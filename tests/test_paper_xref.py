@@ -90,7 +90,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> paper.BuildResult:
     repo = copy_paper_sources(root / "repo")
     qmd = repo / "paper" / "paper.qmd"
     text = qmd.read_text(encoding="utf-8")
-    marker = "{{< include sections/_model.qmd >}}"
+    marker = "{{< include _generated/sections.qmd >}}"
     text = text.replace(marker, LEFT_OUT_BLOCK + "\nBack to [-@sec-question]; see @sec-elsewhere and @Sec-question.\n\n"
                         + marker, 1)
     qmd.write_text(text, encoding="utf-8")
@@ -118,15 +118,15 @@ def test_a_section_this_build_leaves_out_is_named_not_linked(built: paper.BuildR
 def test_paper_build_refuses_a_broken_reference_before_reading_data(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     repo = copy_paper_sources(tmp_path / "repo")
-    section = repo / "paper" / "sections" / "_cached-prefix.qmd"
-    text = section.read_text(encoding="utf-8").replace("(@sec-context)", "(@sec-contexts)")
+    section = repo / "paper" / "sections" / "limits-end.qmd"
+    text = section.read_text(encoding="utf-8").replace("No baseline", "See @sec-contexts.\n\nNo baseline", 1)
     section.write_text(text, encoding="utf-8")
     line = text[: text.index("@sec-contexts")].count("\n") + 1
     # No data at all: the lint comes first.
     rc = cli.main(["paper", "build", "--campaign", "nothing", "--root", str(repo), "--data-dir", str(tmp_path / "d"),
                    "--out", str(tmp_path / "out")])
     assert rc == 2
-    assert f"_cached-prefix.qmd:{line}: @sec-contexts" in capsys.readouterr().err
+    assert f"limits-end.qmd:{line}: @sec-contexts" in capsys.readouterr().err
 
 
 def test_campaign_run_with_paper_refuses_a_broken_reference_before_any_notebook(
@@ -134,7 +134,9 @@ def test_campaign_run_with_paper_refuses_a_broken_reference_before_any_notebook(
     repo = copy_paper_sources(tmp_path / "repo")
     shutil.copy2(REPO_ROOT / "pyproject.toml", repo / "pyproject.toml")
     shutil.copytree(REPO_ROOT / "configs", repo / "configs")
-    (repo / "paper" / "sections" / "_limits.qmd").write_text("## Limits {#sec-limits}\n\nSee @sec-nowhere.\n")
+    end = repo / "paper" / "sections" / "limits-end.qmd"
+    end.write_text(end.read_text().replace("No baseline", "See @sec-nowhere.\n\nNo baseline", 1))
+    line = end.read_text()[: end.read_text().index("@sec-nowhere")].count("\n") + 1
     monkeypatch.setenv("OFFLOAD_LAB_ROOT", str(repo))
     data = tmp_path / "data"
     data.mkdir()
@@ -142,5 +144,5 @@ def test_campaign_run_with_paper_refuses_a_broken_reference_before_any_notebook(
     rc = cli.main(["campaign", "run", str(REPO_ROOT / "configs/campaigns/embedded.yaml"), "--paper", "--quiet",
                    "--url", "http://127.0.0.1:9", "--data-dir", str(data)])
     assert rc == 2
-    assert "_limits.qmd:3: @sec-nowhere" in capsys.readouterr().err
+    assert f"limits-end.qmd:{line}: @sec-nowhere" in capsys.readouterr().err
     assert list(data.iterdir()) == []  # no run directory: nothing ran

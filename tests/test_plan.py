@@ -238,7 +238,7 @@ def test_bad_plan_files_are_input_errors_naming_the_file(tmp_path, text, message
 
 
 def test_missing_plan_file(tmp_path):
-    with pytest.raises(InputError, match=r"nope.json: cannot read"):
+    with pytest.raises(InputError, match=r"nope.json does not exist"):
         planmod.read_plan(tmp_path / "nope.json")
 
 

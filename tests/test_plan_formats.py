@@ -118,7 +118,9 @@ def test_the_patch_lookup_is_the_patchs():
 # --- stack files -----------------------------------------------------------------------------------------------
 
 def _stack(tmp_path: Path, plans: dict, parts: bool = True, **extra) -> Path:
+    # A server module this interpreter has (stack check runs it and finds the module).
     spec: dict = {"name": "toy", "python": sys.executable, "model": {"path": str(tmp_path / "model")},
+                  "server": {"module": "json.tool"},
                   "plans": {"env": "EXL3_HOST_EXPERTS", "use": "p", **plans}, **extra}
     if parts:
         spec["parts"] = [

@@ -150,3 +150,14 @@ def test_sessions_name_their_pod_plan_and_part(monkeypatch):
         monkeypatch.setenv(k, v)
     rec = ledger.pod_record({})
     assert (rec["name"], rec["provider"], rec["plan"], rec["part"]) == ("ol-study-pod-t001-1", "skypilot", "t001", "2/3")
+
+
+def test_a_relaunched_cluster_name_is_priced_once_per_launch():
+    """`sky cost-report` lists a name launched twice (failed setup, `sky down`, launch again) twice: both are paid."""
+    first = {**COST_REPORT[0], "cluster_hash": "aaaa", "duration": 2, "total_cost": 0.002,
+             "usage_intervals": [[1764579600, 1764579602]]}
+    second = {**COST_REPORT[0], "cluster_hash": "bbbb", "launched_at": 1764579700, "duration": 5, "total_cost": 0.005,
+              "usage_intervals": [[1764579700, 1764579705]]}
+    lines = ledger.pod_records([second, first], ["ol-study-pod-t001-0"], STACK_PRICE)
+    assert [(x["launch"], x["minutes"]) for x in lines] == [("aaaa", round(2 / 60, 3)), ("bbbb", round(5 / 60, 3))]
+    assert sum(x["cost"] for x in lines) == pytest.approx(0.007)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from fit_helpers import tiny_model  # noqa: F401
 
 from offload_lab.core.errors import InputError
 from offload_lab.fit.classify import Classification, Classified
@@ -73,3 +76,17 @@ def test_one_stage_is_per_gpu_and_missing_layer_count_is_refused():
     bare = Classification("deepseek_v3", "", _model().items, None)
     with pytest.raises(InputError, match="num_hidden_layers"):
         per_gpu_pipeline(bare, Parallelism(tp=1), pp=2)
+
+
+def test_audit_prints_per_stage_memory_under_pipeline_parallelism(capsys, tiny_model):  # noqa: F811
+    from offload_lab.cli.main import main
+
+    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "without plan, pipeline parallel 2:" in out and "stage 0:" in out and "stage 1:" in out
+    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["pipeline"]["without_plan"]
+    assert len(stages) == 2 and all(s["per_gpu_gib"] > 0 for s in stages)
+    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--pp-partition", "1;1", "--usable-gib",
+                 "1"]) == 2
+    assert "VLLM_PP_LAYER_PARTITION" in capsys.readouterr().err

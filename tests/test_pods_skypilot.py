@@ -56,12 +56,14 @@ def test_study_pod_task_loads_with_skypilots_parser(tmp_path):
     assert "rsync -a data/study-pod/ /offload-lab-out/t001/ol-study-pod-t001-0/study-pod/" in r["run"]
     assert r["storage_mounts"] == {"/offload-lab-out": {"name": "ol-data", "mode": "MOUNT"}}
     assert r["envs"]["OFFLOAD_LAB_POD"] == "ol-study-pod-t001-0" and r["envs"]["OFFLOAD_LAB_POD_PROVIDER"] == "skypilot"
-    assert r["secrets"] == [] and r["secret_refs"] == ["HF_TOKEN", "OFFLOAD_LAB_REFERENCE_API_KEY"]
+    # only the secrets its experiments use: the quality comparison's key (HF_TOKEN when set here: a gated model)
+    assert r["secrets"] == [] and r["secret_refs"] == (["HF_TOKEN"] if os.environ.get("HF_TOKEN") else []) + [
+        "OFFLOAD_LAB_REFERENCE_API_KEY"]
     assert r["workdir"] == str(ROOT)
     cmds = record["commands"]
     # with a bucket the pod goes down when the job ends; without one it waits an hour idle for the rsync
     assert cmds["launch"][0].startswith("sky launch -y -d -c ol-study-pod-t001-0 ")
-    assert " --down --secret HF_TOKEN" in cmds["launch"][0] and " -i " not in cmds["launch"][0]
+    assert " --down --secret OFFLOAD_LAB_REFERENCE_API_KEY" in cmds["launch"][0] and " -i " not in cmds["launch"][0]
     assert cmds["fetch"] == [f"aws s3 sync s3://ol-data/t001/ol-study-pod-t001-0/ {tmp_path}/plan/ol-study-pod-t001-0/data/"]
     assert cmds["down"] == ["sky down -y ol-study-pod-t001-0"]
     assert record["plan"]["after_merge"] == []
@@ -80,7 +82,7 @@ def test_b300_baseline_over_two_pods_by_experiment(tmp_path):
     assert all(r["workdir"] == {"url": "https://example.org/offload-lab.git", "ref": "0" * 40} for r in results)
     # data return without a bucket: rsync from each cluster into <plan>/<cluster>/data/<campaign>/
     assert all("rsync -a ol-study-b300-t001-" in f and "/data/study-b300/" in f for f in record["commands"]["fetch"])
-    assert all(" -i 60 --down " in c for c in record["commands"]["launch"])
+    assert all(c.endswith(" -i 60 --down") for c in record["commands"]["launch"])  # no secret: none used
     c = load_campaign(ROOT / "configs/campaigns/study-b300.yaml")
     three = planmod.plan_pods(c, ROOT / "configs/stacks/study-b300.yaml", pods=3, plan_id="t002")
     assert [p.only for p in three.parts] == [["boots"], ["context", "concurrency"], ["agent_turns", "interference"]]
@@ -99,7 +101,7 @@ def test_repeat_boots_spread_over_three_pods(tmp_path):
     for r in results:
         # each pod runs its share from the campaign file with its own repeat_boots, same campaign name
         part_file = f"data/.pod-campaigns/{r['name']}.yaml"
-        assert f"campaign run {part_file} --data-dir data --only context_repeat" in r["run"]
+        assert f"campaign run {part_file} --data-dir data --json --only context_repeat" in r["run"]
         text = r["run"].split("<<'OFFLOAD_LAB_CAMPAIGN'\n", 1)[1].split("\nOFFLOAD_LAB_CAMPAIGN\n", 1)[0]
         part = yaml.safe_load(text)
         assert part["name"] == "study-pod" and part["repeat_boots"] == 1
@@ -249,3 +251,94 @@ def test_a_named_part_of_the_campaign(tmp_path, capsys):
     assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned", "--out",
                  str(tmp_path / "p"), "--only", "context", "--pods", "2"]) == 2
     assert "cannot be spread over 2 pods. Use --pods 1 or fewer" in capsys.readouterr().err
+
+
+def test_every_accelerator_skypilot_knows_is_accepted():
+    from offload_lab.server import multinode
+
+    names = multinode.KNOWN_ACCELERATORS
+    assert {"L40S", "A100", "H100-MEGA", "RTXPRO6000", "B300", "GB300", "T4"} <= set(names) and len(names) >= 34
+    for name in names:
+        multinode.PodSpec(accelerator=name, count=1)
+    with pytest.raises(ValueError, match="did you mean L40S"):
+        multinode.PodSpec(accelerator="l40s", count=1)
+
+
+@needs_sky
+def test_the_accelerator_snapshot_is_skypilots_installed_registry(tmp_path):
+    """The snapshot the lab reads is what SkyPilot's installed package says now (remade by pods/sky_registry.py)."""
+    import subprocess
+
+    from offload_lab.server import multinode
+
+    proc = subprocess.run([str(SKY_PY), str(ROOT / "src/offload_lab/pods/sky_registry.py")], capture_output=True,
+                          text=True, env={**os.environ, "HOME": str(tmp_path), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"},
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    fresh = json.loads(proc.stdout)
+    assert fresh == json.loads(multinode.ACCELERATORS_FILE.read_text())
+    canonical = next(s for s in fresh["sources"] if s["name"].endswith("CANONICAL_GPU_NAMES"))
+    assert canonical["count"] == 34 and fresh["skypilot"] == "0.14.1"
+
+
+def test_plan_json_names_its_task_files_and_a_refused_plan_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned", "--out",
+                 str(out), "--pods", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [Path(f).name for f in doc["task_files"]] == [f"{p['cluster']}.yaml" for p in doc["plan"]["parts"]]
+    assert all(Path(f).is_file() for f in doc["task_files"]) and doc["out"] == str(out)
+    refused = tmp_path / "refused"
+    assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--out", str(refused)]) == 2
+    assert "unpinned" in capsys.readouterr().err and not refused.exists()
+    # the check refuses after the tasks were written: they and the folder go again
+    assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned", "--check",
+                 "--out", str(refused), "--sky-python", sys.executable]) == 2
+    assert not refused.exists()
+
+
+def test_a_two_node_task_asks_for_the_best_network(tmp_path):
+    record = _plan(tmp_path, "configs/campaigns/study-b300.yaml", "configs/stacks/study-b300-2node.yaml")
+    task = yaml.safe_load((tmp_path / "plan" / record["tasks"][0]).read_text())
+    assert task["resources"]["network_tier"] == "best"
+    one = yaml.safe_load((tmp_path / "plan" / record["tasks"][0]).read_text())
+    assert one["num_nodes"] == 2
+
+
+def test_secrets_only_for_the_experiments_that_use_them():
+    c = load_campaign(ROOT / "configs/campaigns/study-pod.yaml")
+    st = stackmod.load_stack(ROOT / "configs/stacks/study-pod.yaml")
+    assert sp.secrets_for(c, st.spec, environ={}) == ["OFFLOAD_LAB_REFERENCE_API_KEY"]
+    assert sp.secrets_for(c, st.spec, only=["context"], environ={}) == []
+    assert sp.secrets_for(c, st.spec, only=["context"], environ={"HF_TOKEN": "x"}) == ["HF_TOKEN"]
+
+
+def test_a_plan_over_ray_must_reach_the_other_nodes_workers(tmp_path, capsys):
+    """vLLM's Ray executor forwards only some variables to its workers: the plan's must be named."""
+    with_plan = tmp_path / "plan2.yaml"
+    with_plan.write_text(yaml.safe_dump({"name": "p2", "extends": "configs/stacks/study-b300-2node.yaml",
+                                         "plans": {"use": "gen30"}}))
+    assert main(["stack", "check", str(with_plan), "--json"]) == 0  # the 2-node stack names EXL3_HOST_EXPERTS
+    capsys.readouterr()
+    dropped = tmp_path / "dropped.yaml"
+    dropped.write_text(yaml.safe_dump({"name": "p3", "extends": str(with_plan),
+                                       "server": {"env": {"VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "NCCL_DEBUG"}}}))
+    assert main(["stack", "check", str(dropped)]) == 2
+    assert "EXL3_HOST_EXPERTS would not reach the workers on the other nodes" in capsys.readouterr().err
+    assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--stack", str(dropped),
+                 "--allow-unpinned", "--out", str(tmp_path / "p")]) == 2
+    assert "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY" in capsys.readouterr().err and not (tmp_path / "p").exists()
+
+
+def test_plan_outputs_are_checked_before_anything_is_written(tmp_path, capsys):
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    base = ["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned"]
+    assert main([*base, "--out", str(afile)]) == 2
+    assert "--out" in capsys.readouterr().err and afile.read_text() == "x"
+    assert main([*base, "--out", "/proc/ol-plan"]) == 2
+    assert "kernel file system" in capsys.readouterr().err
+    data = tmp_path / "data"
+    assert main(["pod", "launch", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned",
+                 "--data-dir", str(data), "--out", str(data / "plan")]) == 2
+    assert "inside the data tree" in capsys.readouterr().err and not data.exists()

@@ -15,11 +15,12 @@ from offload_lab.seats import capacity
 from offload_lab.paper import claims
 from offload_lab.experiments.capacity import claims as claims_capacity
 from offload_lab.seats import cost
-from offload_lab.experiments.published import runner as published
+from offload_lab.published import transcription as published
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
 from offload_lab.core.errors import InputError
-from offload_lab.experiments.capacity.inputs import gather
+from offload_lab.published.study_inputs import gather
+from offload_lab.paper.discovery import claim_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "published" / "study.yaml"
@@ -174,11 +175,19 @@ def test_transcribed_run_records_its_provenance(tmp_path):
     run.finish("ok")
     assert prov["kind"] == "transcribed from the published summary"
     assert set(prov["sections"]) == {"figures.json", "agent_turns.csv", "boots.csv", "quality.csv", "home_rigs.csv",
-                                     "profile-published-week.json"}
+                                     "profile-published-week.json", "blog_quality.csv", "community_memory_math.csv",
+                                     "community_rigs.csv"}
+    # The companions (the study's derived figures, the community page) are named with their own sources and sha256.
+    also = {a["path"]: a for a in prov["also"]}
+    assert set(also) == {"configs/published/derived.yaml", "configs/published/community-memory-math.yaml"}
+    assert also["configs/published/derived.yaml"]["source"].endswith("published-derived.md")
+    assert all(len(a["sha256"]) == 64 and len(a["source_sha256"]) == 64 for a in also.values())
     m = runs.load_manifest(run.path)
     assert m["provenance"]["source"].endswith("published-study.md") and "provenance.json" in m["files"]
     pub = published.read_published(tmp_path, "reference")
     assert pub.number("pod_eur_per_hour") > 0 and pub.table("agent_turns")["streams"].tolist()[0] == 1
+    assert pub.number("volume_devs_full") == 262 and pub.figures["volume_devs_full"]["source"].endswith("derived.md")
+    assert pub.table("community_memory_math")["smallest_memory_gb"].tolist()[0] == 512
     assert runs.verify_run(run.path) == []
 
 
@@ -238,6 +247,23 @@ def test_reference_campaign_runs_without_a_server_and_its_claims_resolve(tmp_pat
     assert provenance["sections"]["figures.json"] and provenance["source"].endswith("published-study.md")
     cs = claims.resolve_claims(SMALL, tmp_path / "data", ROOT, registry=_section_registry())
     assert not [c.name for c in cs.claims.values() if c.status != "ok"]
+    # The study's derived figures beside their recomputation (the central result first), and the closing table: every
+    # figure of the three transcriptions, with its recomputation where there is one.
+    registry = claim_registry()
+    wanted = ("study.seats.table", "study.volume_devs_full.recomputed", "study.team_20_extra_eur.recomputed",
+              "joint.prefill_tok_s", "joint.binding", "pub.all_figures")
+    got = claims.resolve_claims(SMALL, tmp_path / "data", ROOT, registry={n: registry[n] for n in wanted})
+    assert got["study.volume_devs_full.recomputed"].text == "262" and got["study.team_20_extra_eur.recomputed"].text == "1,846"
+    assert "q (7.1%)" in got["joint.binding"].text
+    table = got["pub.all_figures"].value
+    keys = [f.key for name in ("study.yaml", "derived.yaml", "community-memory-math.yaml")
+            for f in published.load_transcription(ROOT / "configs" / "published" / name).figures]
+    assert len(table["rows"]) == len(keys)
+    by_words = {r[0]: r for r in table["rows"]}
+    assert by_words["1,847 EUR a month more than subscriptions"][3] == "1,846"
+    assert not any(r[2].startswith("1 errors") for r in table["rows"])
+    printed = [r for r in table["rows"] if r[-1] != "this table only"]
+    assert len(printed) > len(keys) // 2
     for name, want in _expected(tmp_path / "data", SMALL).items():
         assert cs[name].value == pytest.approx(want), name
     inputs = json.loads((next(r for r in result.runs if r.parent.name == "capacity") / "inputs.json").read_text())

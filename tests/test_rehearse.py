@@ -13,7 +13,7 @@ from scipy.stats import binom
 
 from offload_lab.campaigns import rehearse
 from offload_lab.core import runs
-from offload_lab.experiments.concurrency import runner as concurrency
+from offload_lab.load import sweep as concurrency
 
 pytestmark = pytest.mark.slow
 

@@ -95,7 +95,7 @@ def test_readers_name_the_file_and_what_is_wrong(tmp_path):
         assert words in str(e.value), name
     with pytest.raises(InputError, match="is a directory"):
         inputs.read_text(tmp_path, "thing")
-    with pytest.raises(InputError, match="No such file"):
+    with pytest.raises(InputError, match="does not exist"):
         inputs.read_text(tmp_path / "missing", "thing")
     (tmp_path / "big").write_bytes(b"x" * 2048)
     with pytest.raises(InputError, match="2,048 bytes is more than the 1,024"):

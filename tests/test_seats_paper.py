@@ -18,7 +18,7 @@ from offload_lab.paper import build as paper
 from offload_lab.core import runs
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = ROOT / "paper" / "sections" / "_seats-and-cost.qmd"
+SECTION = Path(claims_sources.__file__).with_name("section.qmd")  # the capacity experiment's prose
 ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "pods.team_100", "pods.team_250", "cost.break_even_seats",
                 "cost.saving_team_100", "cost.saving_team_250")
 
@@ -52,7 +52,7 @@ def _only_this_section(tmp_path: Path) -> Path:
     real = (ROOT / "paper" / "paper.qmd").read_text()
     front = real[: real.index("\n---", 3) + 4]
     qmd = repo / "paper" / "paper.qmd"
-    qmd.write_text(front + "\n\n{{< include sections/_seats-and-cost.qmd >}}\n\n## References {.unnumbered}\n\n::: {#refs}\n"
+    qmd.write_text(front + "\n\n{{< include " + str(SECTION) + " >}}\n\n## References {.unnumbered}\n\n::: {#refs}\n"
                    ":::\n\n## Provenance {#sec-provenance .appendix}\n\n{{< include _generated/provenance.md >}}\n")
     return repo
 

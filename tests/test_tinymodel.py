@@ -141,7 +141,7 @@ def test_bad_field_is_named_with_the_file(tmp_path, replace, by, field):
 
 
 def test_unreadable_and_non_mapping_configs(tmp_path):
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="missing.yaml does not exist"):
         tinymodel.load_model_spec(tmp_path / "missing.yaml")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(InputError, match="expected a mapping"):

@@ -6,8 +6,9 @@ Parts (each a run under ``OUT/bench/<experiment>/``):
   client before issue 15), ``w1`` and ``w2``; the newest such run calibrates the client-health verdict;
 - ``open``: open-loop Poisson sweeps past the knee of a capacity-limited token source (800 tok/s shared), uncapped
   and with a client cap of 8 in flight (where the coordinated-omission gap shows);
-- ``vllm``: on the embedded vLLM server (started here; the caller holds ``/tmp/offload-vllm.lock``): compare-vllm at
-  1, 4 and 16 streams and the /metrics scrape cost;
+- ``vllm``: on the embedded vLLM server (started here; the caller holds ``/tmp/offload-vllm.lock``): ``compare`` of
+  this load generator, ``vllm bench serve``, AIPerf and GuideLLM (``make peers-env``) at 1 and 4 streams, and the
+  /metrics scrape cost;
 - ``vllm-open``: an open-loop Poisson sweep on the embedded server past its knee (experiment ``open_loop_vllm``).
 """
 
@@ -17,24 +18,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from offload_lab.bench import clock_check, scrape_cost, vllm_bench
+from offload_lab.bench import clock_check, compare, scrape_cost
+from offload_lab.bench.compare_spec import MIN_ROUNDS, CompareParams
 from offload_lab.bench import open_loop as open_bench
 from offload_lab.core import environment, paths, procs, runs
 from offload_lab.core.errors import InputError
 from offload_lab.load import open_loop, workloads
+from offload_lab.load.bar import BAR_TOK_S
 from offload_lab.load.endpoint import Endpoint
 
 CAMPAIGN = "bench"
 PARTS = {"clock": [clock_check.EXPERIMENT], "open": [open_bench.EXPERIMENT],
-         "vllm": [vllm_bench.EXPERIMENT, scrape_cost.EXPERIMENT], "vllm-open": ["open_loop_vllm"]}
+         "vllm": [compare.EXPERIMENT, scrape_cost.EXPERIMENT], "vllm-open": ["open_loop_vllm"]}
 CLOCK_STREAMS = [1, 8, 64, 256]
 CLOCK_RATES = [50.0, 200.0]
 CLOCK_CLIENTS = ["w1-inline", "w1", "w2"]
 OPEN_RATES = [4.0, 8.0, 12.0, 16.0, 20.0]
 OPEN_CAPACITY = 800.0
-VLLM_STREAMS = [1, 4, 16]
-# Alternating rounds: a drift of this shared machine within one round moves one tool; the median of four does not.
-VLLM_ROUNDS = 4
+COMPARE_STREAMS = [1, 4]
 VLLM_OPEN_RATES = [4.0, 8.0, 16.0, 32.0]
 
 
@@ -73,7 +74,7 @@ def open_sweeps(root: Path, progress: Any) -> dict[str, Path]:
             run = _run(root, open_bench.EXPERIMENT, {"source_capacity_tok_s": OPEN_CAPACITY, "workload":
                                                      spec.model_dump(mode="json"), **params.model_dump(mode="json")})
             with runs.finishing(run):
-                open_bench.run_rates(run, url, spec, params, 40.0, n_workers=2, model="token-source",
+                open_bench.run_rates(run, url, spec, params, BAR_TOK_S, n_workers=2, model="token-source",
                                      progress=progress)
             out[f"open_loop cap={cap}"] = run.path
     finally:
@@ -95,15 +96,15 @@ def vllm(root: Path, stack_file: str, progress: Any) -> dict[str, Path]:
         with runs.finishing(run):
             run.write_json("scrape_cost.json", scrape_cost.measure(endpoint, pid, 50))
         out["scrape_cost"] = run.path
-        for c in VLLM_STREAMS:
-            n = max(16, 4 * c)  # at least four requests a stream: medians of two per stream are noisy
-            params = {"input_len": 128, "output_len": 64, "num_prompts": n, "concurrency": c, "rounds": VLLM_ROUNDS}
-            run = _run(root, vllm_bench.EXPERIMENT, params, server=endpoint.record(), stack=st.record())
+        for c in COMPARE_STREAMS:
+            # at least four requests a stream and window, every tool, the prompt defaults of `compare`
+            params = CompareParams(num_prompts=max(16, 4 * c), concurrency=c, rounds=MIN_ROUNDS)
+            run = _run(root, compare.EXPERIMENT, params.model_dump(mode="json"), server=endpoint.record(),
+                       stack=st.record())
             with runs.finishing(run):
-                vllm_bench.compare(run, endpoint, st.python, model, str(st.model_path), 128, 64, n, c, VLLM_ROUNDS)
-            if progress:
-                progress(f"compare-vllm at {c} stream(s) done")
-            out[f"vllm_bench c={c}"] = run.path
+                compare.compare(run, endpoint, st.python, model, str(st.model_path), params,
+                                server_cpus=st.spec.server.cpus, progress=progress)
+            out[f"compare c={c}"] = run.path
     finally:
         server.stop("bench-data done")
     return out
@@ -122,7 +123,7 @@ def vllm_open(root: Path, stack_file: str, progress: Any) -> dict[str, Path]:
         run = _run(root, "open_loop_vllm", {"workload": spec.model_dump(mode="json"), **params.model_dump(mode="json")},
                    server=endpoint.record(), stack=st.record())
         with runs.finishing(run):
-            open_bench.run_rates(run, endpoint, spec, params, 40.0, n_workers=1, progress=progress)
+            open_bench.run_rates(run, endpoint, spec, params, BAR_TOK_S, n_workers=1, progress=progress)
     finally:
         server.stop("bench-data done")
     return {"open_loop_vllm": run.path}

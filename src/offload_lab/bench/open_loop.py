@@ -16,6 +16,7 @@ from offload_lab.core import runs
 from offload_lab.core.errors import InputError
 from offload_lab.load import client as load
 from offload_lab.load import closed_loop, open_loop, workers, workloads
+from offload_lab.load.bar import BAR_TOK_S
 from offload_lab.load.endpoint import Endpoint
 
 EXPERIMENT = "open_loop"
@@ -25,7 +26,7 @@ KNEE = "knee.json"
 
 
 def run_rates(run: runs.Run, base_url: str | Endpoint, spec: workloads.WorkloadSpec, params: open_loop.OpenLoopParams,
-              bar_tok_s: float = 40.0, n_workers: int | None = None, model: str | None = None,
+              bar_tok_s: float = BAR_TOK_S, n_workers: int | None = None, model: str | None = None,
               stop_rule: closed_loop.StopRule | None = None, progress: Any = print) -> pd.DataFrame:
     if spec.regime == "agent_turns":
         raise InputError("open-loop load sends independent requests; agent_turns needs closed-loop streams")

@@ -53,7 +53,8 @@ def params_model(campaign: Campaign, exp: ExperimentSpec) -> BaseModel | None:
     kind = kind_of_notebook(exp.notebook)
     if not has_params_model(kind):
         return None  # a notebook of the campaign's own: papermill's declared names are its only check
-    return validate_params(kind, exp.parameters, f"campaign file {campaign.file}, experiment {exp.experiment}")
+    return validate_params(kind, exp.parameters, f"campaign file {campaign.file}, experiment {exp.experiment}",
+                           strict=True)
 
 
 def dependencies(campaign: Campaign) -> dict[str, list[str]]:

@@ -5,35 +5,44 @@ ipykernel 7.4 warns "Kernel is running over TCP without encryption" whenever the
 PR 1515). The kernel does not choose its transport: the kernel *manager* writes the connection file. So the warning is
 avoided where the manager is configured, not filtered from the output:
 
-- here, papermill gets :func:`kernel_manager_config` as ``config`` (papermill hands extra keywords to nbclient, whose
-  ``create_kernel_manager`` passes ``config`` on): ipc transport, Unix sockets instead of TCP ports;
-- for ``jupyter lab``, ``jupyter nbconvert --execute`` and ``jupyter execute``, ``make envs`` runs
-  :func:`write_jupyter_config`, which puts the same settings in the environment's ``etc/jupyter/`` config files.
+- in the kernelspecs themselves: ``make envs`` (``--write-jupyter-config``) names :class:`IpcProvisioner` in the
+  environment's kernel.json files (``metadata.kernel_provisioner``, an entry point of this package), so every client
+  that starts the project's kernel (or ipykernel's ``python3`` of this environment) gets ipc transport: plain
+  ``papermill``, which reads no Jupyter config file, ``jupyter execute``, nbconvert, JupyterLab and the runner;
+- here, papermill also gets :func:`kernel_manager_config` as ``config`` (papermill hands extra keywords to nbclient,
+  whose ``create_kernel_manager`` passes ``config`` on), and the same settings go into the environment's
+  ``etc/jupyter/`` config files, for a kernelspec that names no provisioner.
 
 Where the sockets go matters. jupyter_client names them after the connection file, but a manager that has none yet
 (nbclient's, nbconvert's, papermill's) falls back to the *relative* prefix ``kernel-ipc``: the kernel binds it in its
 own working directory (``notebooks/`` under nbconvert) while the client looks in its own, so the kernel never answers,
-and every kernel started in one directory shares the prefix. :class:`IpcKernelManager` gives each kernel a unique
-absolute prefix in Jupyter's runtime directory; the config names it as nbclient's ``kernel_manager_class``. JupyterLab's
-server names a connection file for every kernel itself, so its kernels take the plain ``KernelManager`` setting.
+and every kernel started in one directory shares the prefix. :class:`IpcKernelManager` and :class:`IpcProvisioner` give
+each kernel a unique absolute prefix in Jupyter's runtime directory. JupyterLab's server names a connection file for
+every kernel itself, and the sockets go beside it. JupyterLab's default kernel is set to the project's as well.
 
-Windows has no ipc transport for ZeroMQ; there the manager provisions CurveZMQ keys instead
+Windows has no ipc transport for ZeroMQ; there the provisioner asks for manager-provisioned CurveZMQ keys instead
 (``transport_encryption: auto``, jupyter_client >= 8.9, for kernelspecs that declare ``supported_encryption``).
-The papermill command line reads no Jupyter config file, so plain ``papermill`` still warns: run notebooks through
-``python -m offload_lab.campaigns.execute IN OUT -p NAME VALUE`` (or the campaign runner) instead.
+
+A stop (Ctrl-C, SIGTERM, SIGHUP in the client) ends with offload-lab's own line: the provisioner lets the interrupted
+cell's reply go out before the kernel shuts down (else ipykernel prints a ZMQError traceback), and the executor drops
+the abandoned cell's error that asyncio would print (:func:`_forget_abandoned_cell`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 import uuid
 from typing import Any, Callable, Mapping, Protocol
 
+import zmq
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
 from traitlets import default
 
 from offload_lab.core.errors import ProducerError
@@ -41,7 +50,8 @@ from offload_lab.core.errors import ProducerError
 KERNEL_NAME = "offload-lab"
 KERNEL_DISPLAY_NAME = "Python (offload-lab)"
 # The Jupyter applications whose kernels a user starts from this environment, by the config file each one reads.
-JUPYTER_CONFIG_FILES = ("jupyter_server_config.json", "jupyter_nbconvert_config.json", "jupyter_execute_config.json")
+SERVER_CONFIG = "jupyter_server_config.json"
+JUPYTER_CONFIG_FILES = (SERVER_CONFIG, "jupyter_nbconvert_config.json", "jupyter_execute_config.json")
 
 
 class CellWatcher(Protocol):
@@ -52,6 +62,18 @@ class CellWatcher(Protocol):
     def write(self, text: str) -> Any: ...
 
     def flush(self) -> None: ...
+
+
+def _ipc_prefix(connection_file: str | None) -> str:
+    """Where a kernel's Unix sockets go: beside its connection file, else a unique name in Jupyter's runtime folder."""
+    if connection_file:
+        return os.path.splitext(connection_file)[0] + "-ipc"
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    folder = jupyter_runtime_dir()
+    os.makedirs(folder, exist_ok=True)
+    # Short: a Unix socket's path may not be longer than about 100 bytes.
+    return os.path.join(folder, f"k-{uuid.uuid4().hex[:12]}-ipc")
 
 
 class IpcKernelManager(AsyncKernelManager):
@@ -65,17 +87,40 @@ class IpcKernelManager(AsyncKernelManager):
     def _ip_default(self) -> str:
         if self.transport != "ipc":
             return super()._ip_default()
-        if self.connection_file:
-            return os.path.splitext(self.connection_file)[0] + "-ipc"
-        from jupyter_core.paths import jupyter_runtime_dir
-
-        folder = jupyter_runtime_dir()
-        os.makedirs(folder, exist_ok=True)
-        # Short: a Unix socket's path may not be longer than about 100 bytes.
-        return os.path.join(folder, f"k-{uuid.uuid4().hex[:12]}-ipc")
+        return _ipc_prefix(self.connection_file)
 
 
 IPC_MANAGER = "offload_lab.campaigns.execute.IpcKernelManager"  # by name: a config file holds it
+PROVISIONER = "offload-lab-ipc"
+SHUTDOWN_GRACE_S = 0.5  # its entry point's name (pyproject.toml), as the kernelspecs name it
+
+
+class IpcProvisioner(LocalProvisioner):
+    """The kernel provisioner the environment's kernelspecs name (``metadata.kernel_provisioner``): whichever
+    manager starts the kernel (papermill's command line, which reads no Jupyter config file, nbconvert,
+    ``jupyter execute``, JupyterLab, the runner), the kernel gets Unix sockets at a unique absolute path on POSIX, and
+    manager-provisioned CurveZMQ keys elsewhere; either way it has no unencrypted TCP socket to warn about."""
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        km = self.parent
+        if km is not None:
+            if os.name == "posix":
+                if km.transport != "ipc" or not os.path.isabs(str(km.ip)):
+                    km.transport = "ipc"
+                    km.ip = _ipc_prefix(km.connection_file)
+                    km.cache_ports = False  # ports are a socket path's suffix under ipc, not TCP ports to reserve
+            elif zmq.has("curve"):
+                kwargs.setdefault("transport_encryption", "auto")
+        return await super().pre_launch(**kwargs)
+
+    async def send_signal(self, signum: int) -> None:
+        await super().send_signal(signum)
+        km = self.parent
+        if signum == signal.SIGINT and getattr(km, "shutting_down", False):
+            # A shutdown (Ctrl-C, SIGTERM or SIGHUP in the client) interrupts the kernel and at once asks it to stop:
+            # the cell it interrupted then replies on sockets already closed, and ipykernel prints that ZMQError's
+            # traceback. A moment lets the reply go out first.
+            await asyncio.sleep(SHUTDOWN_GRACE_S)
 
 
 def kernel_manager_config() -> dict[str, Any]:
@@ -128,6 +173,9 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], c
             f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {e.evalue}); "
             f"the output notebook is kept at {output}"
         ) from e
+    except BaseException:
+        _forget_abandoned_cell()
+        raise
     nb = nbformat.read(str(output), as_version=4)
     # Some failures are recorded only in the metadata (papermill #786): check it as well as the cells.
     exc = nb.metadata.get("papermill", {}).get("exception")
@@ -136,16 +184,57 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], c
         raise ProducerError(f"notebook {notebook.name} recorded an error; the output notebook is at {output}")
 
 
+def _forget_abandoned_cell() -> None:
+    """After a stop (a signal, Ctrl-C) nbclient's task for the cell it was running is abandoned; when the interrupted
+    kernel answers, the task ends in CellExecutionError (or DeadKernelError) that nobody reads, and asyncio prints it
+    with its traceback when the task is collected ("Task exception was never retrieved"). The stop is reported by
+    offload-lab's own line: drop those two errors of abandoned tasks, pass on anything else."""
+    from jupyter_core.utils import ensure_event_loop
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    loop = ensure_event_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), (CellExecutionError, DeadKernelError)):
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+def describe_kernels(prefix: Path | str | None = None) -> list[Path]:
+    """Name :class:`IpcProvisioner` in every Python kernelspec of the environment at ``prefix`` (default: this
+    interpreter's: ``offload-lab`` and ipykernel's ``python3``), keeping the rest of each. Returns the files written."""
+    written = []
+    for path in sorted((Path(prefix or sys.prefix) / "share" / "jupyter" / "kernels").glob("*/kernel.json")):
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        if spec.get("language") != "python":
+            continue
+        spec.setdefault("metadata", {})["kernel_provisioner"] = {"provisioner_name": PROVISIONER, "config": {}}
+        path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def write_jupyter_config(prefix: Path | str | None = None) -> list[Path]:
     """Merge :func:`kernel_manager_config` into the Jupyter config files of the environment at ``prefix``
-    (default: this interpreter's), keeping whatever else they hold. Returns the files written."""
+    (default: this interpreter's), keeping whatever else they hold, and name the provisioner in its kernelspecs
+    (:func:`describe_kernels`). Returns the files written."""
+    written = describe_kernels(prefix)
     folder = Path(prefix or sys.prefix) / "etc" / "jupyter"
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
     for name in JUPYTER_CONFIG_FILES:
         path = folder / name
         doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        for section, values in kernel_manager_config().items():
+        settings = kernel_manager_config()
+        if name == SERVER_CONFIG:
+            # JupyterLab's new notebooks and consoles start the project's kernel, not ipykernel's python3.
+            settings = {**settings, "MappingKernelManager": {"default_kernel_name": KERNEL_NAME}}
+        for section, values in settings.items():
             doc.setdefault(section, {}).update(values)
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(path)

@@ -149,9 +149,9 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, Any]:
 #
 # A pod launched by SkyPilot is billed from launch to teardown, setup (the model download) included; a session only
 # from `campaign run` to its end. So the ledger holds both: sessions as above, at the stack file's price, and one
-# ``pod`` line per cluster from what the launcher reports (`sky cost-report -o json`: name, launched_at, duration,
-# usage_intervals, total_cost, num_nodes, resources, status). ``source`` says where each pod line's price is from:
-# ``launcher`` (SkyPilot's catalog price in USD, not the invoice), ``stack_file`` (the launcher gave none: SkyPilot
+# ``pod`` line per launch of each cluster from what the launcher reports (`sky cost-report -o json`: name,
+# launched_at, duration, usage_intervals, total_cost, num_nodes, resources, status, cluster_hash). ``source`` says
+# where each pod line's price is from: ``launcher`` (SkyPilot's catalog price in USD, not the invoice), ``stack_file`` (the launcher gave none: SkyPilot
 # reports total_cost 0.0 for a cluster it cannot price) or ``none``.
 
 POD_EVENT = "pod"
@@ -180,46 +180,59 @@ def _priced(seconds: float, total: Any, stack_price: dict[str, Any] | None) -> d
 
 def pod_records(cost_report: list[dict[str, Any]], clusters: list[str], stack_price: dict[str, Any] | None,
                 launcher: str = "skypilot") -> list[dict[str, Any]]:
-    """One ``pod`` line per cluster from the launcher's report; a cluster still up (or with an open usage interval)
-    is ``open`` and has no end yet; a cluster the report does not list gets a line that says so."""
+    """One ``pod`` line per launch of each cluster from the launcher's report (a cluster name launched again, after
+    a failed setup or a preemption, is listed once per launch, each with its own ``cluster_hash``: each is paid, each
+    gets its line, ``launch`` naming it); a launch still up (or with an open usage interval) is ``open`` and has no
+    end yet; a cluster the report does not list gets a line that says so."""
     if not isinstance(cost_report, list) or not all(isinstance(r, dict) for r in cost_report):
         raise InputError("the launcher's report is not a list of clusters (`sky cost-report -o json --days 0` "
                          "writes one)")
-    by_name = {r.get("name"): r for r in cost_report}
     out = []
     for name in clusters:
-        r = by_name.get(name)
-        line: dict[str, Any] = {"event": POD_EVENT, "cluster": name, "launcher": launcher, "recorded_at":
-                                runs.utc_now()}
-        if r is None:
-            line.update(open=None, minutes=None, cost=None, currency=None, price=stack_price, source="none",
-                        note="the launcher's report does not list this cluster; no minutes recorded")
-            out.append(line)
-            continue
-        intervals = [iv for iv in (r.get("usage_intervals") or []) if iv]
-        ends = [iv[1] for iv in intervals]
-        is_open = any(e is None for e in ends) or r.get("status") not in (None, "TERMINATED")
-        seconds = float(r.get("duration") or 0)
-        line.update(started_at=_iso(min((iv[0] for iv in intervals), default=r.get("launched_at"))),
-                    ended_at=None if is_open or not ends else _iso(max(ends)), open=is_open,
-                    minutes=round(seconds / 60, 3), nodes=r.get("num_nodes"), resources=r.get("resources"),
-                    status=r.get("status"), **_priced(seconds, r.get("total_cost"), stack_price))
-        out.append(line)
+        mine = sorted((r for r in cost_report if r.get("name") == name), key=lambda r: r.get("launched_at") or 0)
+        base: dict[str, Any] = {"event": POD_EVENT, "cluster": name, "launcher": launcher,
+                                "recorded_at": runs.utc_now()}
+        if not mine:
+            out.append({**base, "launch": None, "open": None, "minutes": None, "cost": None, "currency": None,
+                        "price": stack_price, "source": "none",
+                        "note": "the launcher's report does not list this cluster; no minutes recorded"})
+        out += [_pod_line(base, r, stack_price) for r in mine]
     return out
 
 
+def _pod_line(base: dict[str, Any], r: dict[str, Any], stack_price: dict[str, Any] | None) -> dict[str, Any]:
+    """One launch's ``pod`` line."""
+    line = {**base, "launch": str(r.get("cluster_hash") or r.get("launched_at"))}
+    intervals = [iv for iv in (r.get("usage_intervals") or []) if iv]
+    ends = [iv[1] for iv in intervals]
+    is_open = any(e is None for e in ends) or r.get("status") not in (None, "TERMINATED")
+    seconds = float(r.get("duration") or 0)
+    line.update(started_at=_iso(min((iv[0] for iv in intervals), default=r.get("launched_at"))),
+                ended_at=None if is_open or not ends else _iso(max(ends)), open=is_open,
+                minutes=round(seconds / 60, 3), nodes=r.get("num_nodes"), resources=r.get("resources"),
+                status=r.get("status"), **_priced(seconds, r.get("total_cost"), stack_price))
+    return line
+
+
+def pod_key(line: dict[str, Any]) -> tuple[str, str]:
+    """A ``pod`` line's launch: its cluster and, when the launcher tells launches apart, the launch."""
+    return (str(line.get("cluster")), str(line.get("launch")))
+
+
 def read_pods(data_root: Path | str, campaign: str) -> list[dict[str, Any]]:
-    """The campaign's ``pod`` lines (the latest per cluster: a pod recorded open and again closed counts once),
-    each with the sessions it ran (joined on the session's ``pod.name``)."""
+    """The campaign's ``pod`` lines, one per launch (the latest per launch: a launch recorded open and again closed
+    counts once), each with the sessions its cluster name ran (joined on the session's ``pod.name``)."""
     path = ledger_path(data_root, campaign)
     if not path.is_file():
         return []
-    pods: dict[str, dict[str, Any]] = {}
+    pods: dict[tuple[str, str], dict[str, Any]] = {}
     for event in runs.read_events(path):
         if event.get("event") == POD_EVENT:
-            pods[str(event.get("cluster"))] = {k: v for k, v in event.items() if k != "event"}
+            pods[pod_key(event)] = {k: v for k, v in event.items() if k != "event"}
+    listed = {c for c, launch in pods if launch != "None"}
+    pods = {k: v for k, v in pods.items() if k[1] != "None" or k[0] not in listed}  # listed later: superseded
     sessions = read_ledger(data_root, campaign) if pods else []
-    for name, pod in pods.items():
+    for (name, _), pod in pods.items():
         pod["sessions"] = [s["session"] for s in sessions if (s.get("pod") or {}).get("name") == name]
     return list(pods.values())
 

@@ -39,8 +39,10 @@ from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers, run_boot_attempts  # noqa: F401  (run_boot_attempts: callers)
 from offload_lab.campaigns.steps import BOOTS, OUTPUT_NOTEBOOK, Step, outcome_of  # noqa: F401  (OUTPUT_NOTEBOOK)
 from offload_lab.core import inputs, paths, runs, signals
+from offload_lab.core import progress as core_progress
 from offload_lab.server import stack as stackmod
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import kind_of
 from offload_lab.server.spec import StackOverride
 from offload_lab.experiments.notebook import RUNNER_PARAMETERS
 
@@ -166,7 +168,7 @@ class CampaignResult:
 
 def load_campaign(path: Path | str, root: Path | None = None) -> Campaign:
     path = Path(path)
-    if not path.is_file():
+    if kind_of(path) is None:  # anything else there is named for what it is by read_yaml
         raise InputError(f"campaign file {path} does not exist; the embedded one is configs/campaigns/embedded.yaml")
     # Bounded, UTF-8, valid YAML, a mapping: each refusal names the file (core.inputs).
     data = inputs.read_yaml(path, "campaign file")
@@ -190,8 +192,13 @@ def declared_parameters(notebook: Path) -> dict[str, Any]:
                          f"{str(e)[:200]}); give the campaign a .ipynb file") from e
 
 
-def validate(campaign: Campaign) -> None:
-    """Every notebook exists and declares every parameter it will be given; raise InputError naming the first miss."""
+def validate(campaign: Campaign, show: bool = False, own_server: bool = True) -> None:
+    """Every notebook exists and declares every parameter it will be given; raise InputError naming the first miss.
+
+    ``show``: count the notebooks checked (core.progress); reading them all takes seconds. ``own_server``: the
+    campaign starts its servers from its stacks (not `--url`), so their max_model_len holds the requests."""
+    checked = core_progress.counting("checking the campaign", len(campaign.spec.experiments), "notebooks") \
+        if show else None
     for exp in campaign.spec.experiments:
         runs.check_name("experiment", exp.experiment)
         nb = campaign.notebook_path(exp)
@@ -209,12 +216,66 @@ def validate(campaign: Campaign) -> None:
                 f"notebook {exp.notebook} does not declare (it declares {sorted(declared)})"
             )
         experiment_params(campaign, exp)
+        if checked is not None:
+            checked.add()
+    _hold_against_places(campaign, own_server)
     problem = depends.graph_problem([e.experiment for e in campaign.spec.experiments], dependencies(campaign))
     if problem is None:
         problem = depends.repeat_order_problem(campaign)
     if problem:
         raise InputError(f"campaign file {campaign.file}: {problem}")
     _validate_stacks(campaign)
+
+
+def _hold_against_places(campaign: Campaign, own_server: bool = True) -> None:
+    """Parameters held against what they name: the places (``place_problems``), the experiments whose runs they
+    read (one of this campaign, or one with runs in the data tree), and the server's max_model_len (a request longer
+    than it is refused by the server hours into a campaign)."""
+    names = [e.experiment for e in campaign.spec.experiments]
+    data = paths.data_root(root=campaign.root) / campaign.spec.name
+    problems: list[str] = []
+    for exp in campaign.spec.experiments:
+        params = depends.params_model(campaign, exp)
+        if params is None:
+            continue
+        where = f"experiment {exp.experiment}"
+        place_problems = getattr(params, "place_problems", None)
+        if callable(place_problems):
+            problems += [f"{where}: {p}" for p in place_problems(campaign.root)]
+        for read in depends.reads_experiments(params):
+            if read not in names and not (data / read).is_dir():
+                problems.append(f"{where} reads the runs of {read}, which is no experiment of this campaign and has "
+                                f"no runs under {data}; name one of {names}")
+        longest = getattr(params, "longest_request_tokens", None)
+        # A server given by --url has its own max_model_len, which the experiment checks when it starts.
+        limit = _max_model_len(campaign, exp) if own_server and exp.needs_server and callable(longest) else None
+        if limit is not None and longest() > limit:
+            problems.append(f"{where}: its longest request needs {longest():,} tokens (prompt and output), over the "
+                            f"stack's max_model_len {limit:,}; shorten it (context_lengths, output_tokens) or raise "
+                            "--max-model-len in the stack")
+    if problems:
+        raise InputError(f"campaign file {campaign.file}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _max_model_len(campaign: Campaign, exp: ExperimentSpec) -> int | None:
+    """The max_model_len the experiment's server starts with (its stack, variant applied), if the stack sets one."""
+    path = campaign.stack_path(exp.stack or campaign.spec.stack)
+    if path is None:
+        return None
+    try:
+        st = stackmod.load_stack(path, root=campaign.root).with_override(exp.override)
+    except InputError:
+        return None  # _validate_stacks names it
+    server = st.spec.server
+    if server.flags.max_model_len is not None:
+        return server.flags.max_model_len
+    args = list(server.args)
+    for i, a in enumerate(args):
+        value = args[i + 1] if a == "--max-model-len" and i + 1 < len(args) else (
+            a.split("=", 1)[1] if a.startswith("--max-model-len=") else None)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
 
 
 def _validate_stacks(campaign: Campaign) -> None:
@@ -241,8 +302,10 @@ def _validate_stacks(campaign: Campaign) -> None:
             raise InputError(f"campaign file {campaign.file}: {who}: {e}") from e
 
 
-def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any]:
-    """The topology verdict every manifest carries; raises InputError when the policy says stop."""
+def topology_check(policy: TopologyPolicy, env: dict[str, Any], serves: bool = True) -> dict[str, Any]:
+    """The topology verdict every manifest carries; raises InputError when the policy says stop. The GPU count and
+    the cross-socket rule apply only where a server starts (``serves``): analysis after a merge of several pods'
+    data runs on a laptop, and its manifests record the topology they saw without being refused for it."""
     gpu = env.get("gpu") or {}
     topo = gpu.get("topology")
     count = len(gpu.get("gpus") or [])
@@ -254,6 +317,10 @@ def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any
         "sys_pairs": environment.cross_socket_pairs(topo) if topo else [],
         "reason": None if topo is not None else (gpu.get("reason") or "nvidia-smi topo -m gave no matrix"),
     }
+    if not serves:
+        check.update(applies=False, marked=False, why="no server starts here: the GPU and topology rules apply "
+                                                      "where one does")
+        return check
     if policy.expect_gpus is not None and count != policy.expect_gpus:
         raise InputError(f"the campaign expects {policy.expect_gpus} GPU(s) and this machine has {count} "
                          f"(nvidia-smi); run it on the machine it was written for")
@@ -270,7 +337,7 @@ def topology_check(policy: TopologyPolicy, env: dict[str, Any]) -> dict[str, Any
 
 def run_campaign(
     path: Path | str | Campaign,
-    data_root: Path | str = "data",
+    data_root: Path | str = paths.DATA_DIR,
     url: str | None = None,
     port: int | None = None,
     only: list[str] | None = None,
@@ -291,7 +358,7 @@ def run_campaign(
     data_root = Path(data_root)
     if not data_root.is_absolute():
         data_root = campaign.root / data_root
-    validate(campaign)
+    validate(campaign, show=progress is not None, own_server=url is None)
     spec = campaign.spec
     known = [e.experiment for e in spec.experiments] + ([BOOTS] if spec.boots else [])
     if only and set(only) - set(known):
@@ -312,8 +379,10 @@ def run_campaign(
     env = environment.capture_environment()
     session = None
     if spec.ledger:
+        analysis_only = not do_boots and not any(e.needs_server for e in experiments)
         session = ledger.start_session(
-            data_root, spec.name, env, _price(campaign),
+            # analysis only: this machine is not the rented pod, its minutes are not the stack's price
+            data_root, spec.name, env, None if analysis_only else _price(campaign),
             campaign_file={"path": str(campaign.file), "sha256": runs.sha256_file(campaign.file)},
             only=only, url=url is not None,
         )
@@ -355,7 +424,8 @@ def _run_session(campaign: Campaign, experiments: list[ExperimentSpec], data_roo
                  fail_fast: bool) -> None:
     spec = campaign.spec
     try:
-        result.topology = topology_check(spec.topology, env)
+        serves = url is None and (do_boots or any(e.needs_server for e in experiments))
+        result.topology = topology_check(spec.topology, env, serves=serves)
     except InputError as e:
         raise _Refused() from e  # refused by the campaign's own rule, before anything ran
     if result.topology["marked"]:

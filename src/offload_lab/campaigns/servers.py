@@ -3,6 +3,7 @@ attempts of the ``boots`` section, each started, probed, classified and stopped 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,6 +46,8 @@ class Servers:
         if path is None:
             raise InputError(f"campaign file {self.campaign.file} names no stack; add `stack:` or pass --url")
         st = stackmod.load_stack(path, root=self.campaign.root).with_override(exp.override, exp.variant)
+        self.log(f"starting the server of {path.name}" + (f" (variant {exp.variant})" if exp.variant else "")
+                 + f" for {exp.experiment}")
         server = stackmod.start_server(
             st, self.data_root, self.campaign.spec.name, port=self.port,
             parameters={"session": self.marks.get("session"), "boot_index": boot_index, "boots": boots},
@@ -62,8 +65,16 @@ class Servers:
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.stop()
+            _stop(self.server, self.log)
         self.server, self.key, self.info = None, None, {}
+
+
+def _stop(server: stackmod.Server, log: Callable[[str], None]) -> None:
+    """Stop a server, saying so: the stop takes up to the stack's stop timeout, and the next boot waits for it."""
+    started = time.monotonic()
+    log(f"stopping the server of {server.run.path.name}")
+    server.stop()
+    log(f"server {server.run.path.name} stopped in {time.monotonic() - started:.0f} s")
 
 
 def run_boot_attempts(campaign: Campaign, data_root: Path, port: int | None, env: dict[str, Any],
@@ -82,7 +93,10 @@ def run_boot_attempts(campaign: Campaign, data_root: Path, port: int | None, env
             **marks,
         )
         outcome = server.boot["outcome"]
-        server.stop()
+        if server.alive():
+            _stop(server, log)
+        else:
+            server.stop()
         row = {"boot": b.name, "outcome": outcome, "expected": b.expect,
                "as_expected": None if b.expect is None else outcome == b.expect, "run": str(server.run.path)}
         out.append(row)

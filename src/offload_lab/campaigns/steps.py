@@ -16,7 +16,7 @@ from offload_lab.campaigns import depends
 from offload_lab.campaigns.execute import execute_notebook, executed_cells
 from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers
-from offload_lab.core import environment, runs, signals
+from offload_lab.core import environment, redact, runs, signals
 from offload_lab.core.errors import ServerError
 from offload_lab.experiments.notebook import kind_of_notebook
 
@@ -148,15 +148,18 @@ def run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: di
         started.append(run.path)  # listed before it runs: a run stopped half way is in the ledger too
     # Every parameter, validated, so that one the campaign file leaves out takes the model's default, never the
     # notebook's (whose parameters cell shows the embedded campaign's values).
-    params = {**validated, "base_url": server.get("url"), "run_dir": str(run.path),
-              "campaign": campaign.spec.name, "data_root": str(data_root)}
+    # The URL's credentials (user:password@) go to the kernel in its environment, not in the parameters that
+    # papermill writes into the output notebook.
+    hidden_url = redact.url_outside_parameters(server.get("url"))
+    params = {**validated, "base_url": redact.redact_url(server["url"]) if server.get("url") else None,
+              "run_dir": str(run.path), "campaign": campaign.spec.name, "data_root": str(data_root)}
     if progress is not None:
         progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))
     else:
         log(f"running {exp.experiment} ({exp.notebook}) into {run.path}")
     sampler = environment.LoadSampler()
     try:
-        with sampler:
+        with sampler, hidden_url:
             execute_notebook(nb, run.file(OUTPUT_NOTEBOOK), params, cwd=campaign.root, watcher=progress)
     except BaseException as e:
         _finish(run, outcome_of(e), sampler, error=signals.reason_of(e))

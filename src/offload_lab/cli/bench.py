@@ -1,5 +1,5 @@
 """Subcommands of the load generator and its checks: ``bench`` (closed-loop streams, or an open-loop schedule),
-``clock-check``, ``compare-vllm``, ``scrape-cost`` and ``bench-data`` (regenerates ``data/bench/``). Handlers and
+``clock-check``, ``compare`` (and its alias ``compare-vllm``), ``scrape-cost`` and ``bench-data`` (regenerates ``data/bench/``). Handlers and
 help texts live here, so that the shared CLI module only gains a call to :func:`add_parsers`."""
 
 from __future__ import annotations
@@ -8,25 +8,33 @@ import argparse
 from typing import Any
 
 from offload_lab.cli.common import (
+    MAX_SECONDS,
+    MAX_STREAMS,
+    MAX_TOKENS,
+    nonneg_seconds,
+    token_rate,
     finite_float,
     http_url,
-    nonneg_float,
     positive_float,
     positive_int,
+    token_count,
 )
 from offload_lab.cli.common import print_json as _print_json
+from offload_lab.cli.common import DATA_DIR
+from offload_lab.load.bar import BAR_TOK_S, MARGIN
 
 
-def int_list(text: str, flag: str) -> list[int]:
+def int_list(text: str, flag: str, high: int = MAX_STREAMS) -> list[int]:
     values: list[int] = []
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         pass
-    if not values or any(v < 1 for v in values):
+    if not values or any(v < 1 or v > high for v in values):
         from offload_lab.core.errors import InputError
 
-        raise InputError(f"{flag} {text!r} is not a comma-separated list of positive whole numbers, e.g. 1,2,4")
+        raise InputError(f"{flag} {text!r} is not a comma-separated list of whole numbers from 1 to {high:,}, "
+                         "e.g. 1,2,4")
     return values
 
 
@@ -65,10 +73,16 @@ def _show(args: argparse.Namespace, run: Any, payload: dict[str, Any], table: An
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from offload_lab.core import runs
-    from offload_lab.experiments.concurrency import runner as concurrency
+    from offload_lab.load import sweep as concurrency
     from offload_lab.load import closed_loop, workloads
     from offload_lab.load.endpoint import Endpoint
 
+    from offload_lab.core.inputs import check_dir
+
+    # Before the server is reached: a bad place or a bad list is the user's to fix, not the server's refusal.
+    check_dir(args.out, "--out", write=True)
+    if not args.rates:
+        int_list(args.streams, "--streams")
     endpoint = Endpoint(args.url)
     spec = workloads.WorkloadSpec(
         regime=args.regime, output_tokens=args.output_tokens, prompt_tokens=args.prompt_tokens,
@@ -138,31 +152,36 @@ def cmd_clock_check(args: argparse.Namespace) -> int:
                                               args.requests_per_stream, progress=None if args.json else print,
                                               clients=clients, rates=rates)
     cols = ["client", "rate_tok_s", "streams", "tok_s_error", "client_rate_error_median", "token_error_ms_p50",
-            "token_error_ms_p99", "token_error_ms_max", "lag_ms_p99", "worker_cpu_max"]
-    _show(args, run, {"levels": summary.to_dict(orient="records")}, summary[cols])
+            "token_error_ms_p99", "token_error_ms_max", "lag_ms_p99", "worker_cpu_max", "verdict"]
+    _show(args, run, {"levels": summary.to_dict(orient="records"), "targets": clock_check.TARGETS}, summary[cols])
+    if not args.json:
+        print("targets (absolute): " + ", ".join(f"{k} <= {v:g}" for k, v in clock_check.TARGETS.items()))
+        for _, row in summary[summary["verdict"] != "pass"].iterrows():
+            print(f"  {row['client']} at {row['rate_tok_s']:g} tok/s, {row['streams']} stream(s): {row['missed']}")
     return 0
 
 
-def cmd_compare_vllm(args: argparse.Namespace) -> int:
-    from offload_lab.bench import vllm_bench
+def cmd_compare(args: argparse.Namespace) -> int:
+    from offload_lab.bench import compare
     from offload_lab.core import runs
     from offload_lab.load.endpoint import Endpoint
     from offload_lab.server import stack
 
     st = stack.load_stack(args.stack)
+    params = compare.CompareParams(
+        tools=[t.strip() for t in args.tools.split(",") if t.strip()], input_len=args.input_len,
+        output_len=args.output_len, num_prompts=args.num_prompts, concurrency=args.concurrency, rounds=args.rounds,
+        cache=args.cache, shared_blocks=args.shared_blocks)
     endpoint = Endpoint(args.url)
     model = endpoint.first_model()
-    run = _new_run(args, vllm_bench.EXPERIMENT,
-                   {"input_len": args.input_len, "output_len": args.output_len, "num_prompts": args.num_prompts,
-                    "concurrency": args.concurrency, "rounds": args.rounds},
-                   server=endpoint.record(), stack=st.record())
+    run = _new_run(args, compare.EXPERIMENT, params.model_dump(mode="json"), server=endpoint.record(),
+                   stack=st.record())
     with runs.finishing(run):
-        out = vllm_bench.compare(run, endpoint, st.python, model, str(st.model_path), args.input_len,
-                                 args.output_len, args.num_prompts, args.concurrency, args.rounds)
+        out = compare.compare(run, endpoint, st.python, model, str(st.model_path), params,
+                              server_cpus=st.spec.server.cpus, progress=None if args.json else print)
     _show(args, run, out)
     if not args.json:
-        ttft = f"{out['ttft_ratio']:.3f}" if out["ttft_ratio"] is not None else f"refused ({out['refused']})"
-        print(f"median TTFT ours/vLLM: {ttft}   median TPOT ours/vLLM: {out['tpot_ratio']:.3f}")
+        print(compare.table(out))
     return 0
 
 
@@ -200,7 +219,7 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 # --- parsers -----------------------------------------------------------------------------------------------------
 
 def _run_flags(p: argparse.ArgumentParser, json_help: str = "print JSON") -> None:
-    p.add_argument("--out", default="data", help="data root the run directory is made under (default: data)")
+    p.add_argument("--out", default=DATA_DIR, help="data root the run directory is made under (default: %(default)s)")
     p.add_argument("--campaign", default="bench", help="campaign name for the run (default: bench)")
     p.add_argument("--json", action="store_true", help=json_help)
 
@@ -208,7 +227,7 @@ def _run_flags(p: argparse.ArgumentParser, json_help: str = "print JSON") -> Non
 def int_at_least_2(text: str) -> int:
     from offload_lab.cli.common import int_at_least
 
-    return int_at_least(2)(text)
+    return int_at_least(2, MAX_TOKENS)(text)
 
 
 Flag = tuple[str, Any, Any, str]  # name, type (None: a string; "switch": store_true), default, help
@@ -241,15 +260,15 @@ BENCH_FLAGS: list[Flag] = [
     ("--streams", None, "1,2,4", "comma-separated stream counts (default: 1,2,4)"),
     ("--requests-per-stream", positive_int, 4, "requests (turns) per stream per level"),
     ("--output-tokens", int_at_least_2, 64, "tokens per reply, ignore_eos (default: 64)"),
-    ("--prompt-tokens", positive_int, 128, "short/cold_prefill: prompt length"),
-    ("--prefix-tokens", positive_int, 2048, "shared_prefix/private_context: context length"),
-    ("--suffix-tokens", positive_int, 32, "new tokens after the cached context"),
-    ("--initial-context-tokens", positive_int, 2048, "agent_turns: context at turn one"),
-    ("--turn-new-tokens", positive_int, 256, "agent_turns: new tokens per turn"),
-    ("--think-time", nonneg_float, 0.0, "agent_turns: seconds between reply and next turn"),
+    ("--prompt-tokens", token_count, 128, "short/cold_prefill: prompt length"),
+    ("--prefix-tokens", token_count, 2048, "shared_prefix/private_context: context length"),
+    ("--suffix-tokens", token_count, 32, "new tokens after the cached context"),
+    ("--initial-context-tokens", token_count, 2048, "agent_turns: context at turn one"),
+    ("--turn-new-tokens", token_count, 256, "agent_turns: new tokens per turn"),
+    ("--think-time", nonneg_seconds, 0.0, "agent_turns: seconds between reply and next turn"),
     ("--block-size", positive_int, None, "KV block size (default: read from /metrics)"),
-    ("--bar", positive_float, 40.0, "bar, median output tok/s per stream (default: 40)"),
-    ("--margin", finite_float(0, 1, high_open=True), 0.10, "provisioning margin over the bar (default: 0.10)"),
+    ("--bar", token_rate, BAR_TOK_S, "bar, median output tok/s per stream (default: %(default)g)"),
+    ("--margin", finite_float(0, 1, high_open=True), MARGIN, "provisioning margin over the bar (default: %(default).2f)"),
     ("--max-error-rate", finite_float(0, 1), 0.05, "stop rule: error rate (default: 0.05) ..."),
     ("--min-errors", positive_int, 2, "... with at least this many errors (default: 2)"),
     ("--max-consecutive-failures", positive_int, 5, "stop rule: failures in a row (default: 5)"),
@@ -260,7 +279,7 @@ BENCH_FLAGS: list[Flag] = [
     ("--parse-inline", _SWITCH, None, "parse each stream as it ends (the old client), not at the level's end"),
     ("--rates", None, None, "open loop: comma-separated request rates (req/s) instead of --streams"),
     ("--requests", int_at_least_2, 40, "open loop: requests per rate (default: 40)"),
-    ("--duration", nonneg_float, 0.0, "open loop: or seconds of arrivals per rate, when more"),
+    ("--duration", nonneg_seconds, 0.0, "open loop: or seconds of arrivals per rate, when more"),
     ("--arrival", ("poisson", "gamma", "constant"), "poisson", "open loop: arrival pattern (default: poisson)"),
     ("--burstiness", positive_float, 1.0, "open loop: gamma shape (below 1: burstier than Poisson)"),
     ("--seed", int, 0, "open loop: schedule seed (default: 0)"),
@@ -268,23 +287,47 @@ BENCH_FLAGS: list[Flag] = [
 ]
 CLOCK_FLAGS: list[Flag] = [
     ("--streams", None, "1,8,64", "comma-separated stream counts (default: 1,8,64)"),
-    ("--rate", positive_float, 50.0, "tokens per second per stream (default: 50)"),
+    ("--rate", token_rate, 50.0, "tokens per second per stream (default: 50)"),
     ("--rates", None, None, "several source rates, comma-separated (overrides --rate)"),
     ("--clients", None, "w1", ("client configurations, comma-separated: wK (K worker processes, deferred "
                                "parsing) or wK-inline (default: w1)")),
-    ("--ttft-ms", nonneg_float, 50.0, "source's delay before the first token (ms)"),
+    ("--ttft-ms", finite_float(0, MAX_SECONDS * 1000), 50.0, "source's delay before the first token (ms)"),
     ("--tokens", int_at_least_2, 64, "tokens per request (default: 64)"),
     ("--requests-per-stream", positive_int, 3, "requests per stream per level"),
 ]
-COMPARE_FLAGS: list[Flag] = [
-    ("--url", http_url, _REQUIRED, "base URL of the running vLLM server"),
-    ("--stack", None, "configs/stacks/embedded.yaml", "stack file: its Python runs vllm bench, its model tokenizes"),
-    ("--input-len", positive_int, 128, "prompt tokens (default: 128)"),
-    ("--output-len", int_at_least_2, 64, "output tokens (default: 64)"),
-    ("--num-prompts", positive_int, 16, "requests per round and tool (default: 16)"),
-    ("--concurrency", positive_int, 1, "closed-loop concurrency (default: 1)"),
-    ("--rounds", positive_int, 2, "alternating rounds (default: 2)"),
-]
+def _compare_default(name: str) -> Any:
+    from offload_lab.bench.compare_spec import CompareParams
+
+    field = CompareParams.model_fields[name]
+    return field.get_default(call_default_factory=True)
+
+
+def _peer_names() -> tuple[str, ...]:
+    from offload_lab.bench.compare_spec import PEER_NAMES
+
+    return PEER_NAMES
+
+
+def _compare_flags(tools_default: str) -> list[Flag]:
+    d = _compare_default
+    return [
+        ("--url", http_url, _REQUIRED, "base URL of the running vLLM server"),
+        ("--tools", None, tools_default,
+         f"peers beside this load generator, comma-separated: vllm, aiperf, guidellm (default: {tools_default})"),
+        ("--stack", None, "configs/stacks/embedded.yaml",
+         "stack file: its Python runs vllm bench, its model is the tokenizer, its CPUs are the server's"),
+        ("--input-len", positive_int, d("input_len"),
+         f"prompt tokens, longer than one KV block so that the cache check can find a hit (default: {d('input_len')})"),
+        ("--output-len", int_at_least_2, d("output_len"), f"output tokens (default: {d('output_len')})"),
+        ("--num-prompts", positive_int, d("num_prompts"), f"requests per round and tool (default: {d('num_prompts')})"),
+        ("--concurrency", positive_int, d("concurrency"), f"closed-loop concurrency (default: {d('concurrency')})"),
+        ("--rounds", int_at_least_2, d("rounds"), f"rounds, in mirrored order (default: {d('rounds')})"),
+        ("--cache", ("cold", "shared"), d("cache"),
+         "cold: no prompt may hit the prefix cache; shared: every prompt of a window starts with the same primed "
+         "prefix, so every tool gets the same hits on purpose (default: cold)"),
+        ("--shared-blocks", positive_int, d("shared_blocks"),
+         f"shared: KV blocks in the primed prefix (default: {d('shared_blocks')})"),
+    ]
 SCRAPE_FLAGS: list[Flag] = [
     ("--url", http_url, _REQUIRED, "base URL of the running server"),
     ("--pid", positive_int, None, "the server's process id (for its CPU)"),
@@ -294,7 +337,7 @@ DATA_FLAGS: list[Flag] = [
     ("--only", None, "clock,open,vllm,vllm-open", "parts: clock, open, vllm, vllm-open (default: all)"),
     ("--stack", None, "configs/stacks/embedded.yaml", "stack file for the vLLM part"),
     ("--force", _SWITCH, None, "replace the existing runs of these experiments"),
-    ("--out", None, "data", "data root; the runs go under OUT/bench/ (default: data)"),
+    ("--out", None, DATA_DIR, "data root; the runs go under OUT/bench/ (default: %(default)s)"),
     ("--json", _SWITCH, None, "print JSON"),
 ]
 
@@ -312,14 +355,22 @@ def add_parsers(sub: Any) -> None:
             "Start a local token source that streams at a set rate per stream, measure it with each client "
             "configuration at each stream count, and report the rate and TPOT errors, the client-only rate error, "
             "the per-token timing error (arrival minus the source's send stamp, same monotonic clock), each "
-            "worker's lag and CPU, and the source's CPU. The newest ok run under data/bench/clock_check/ calibrates "
-            "the client-health verdict of every sweep.", CLOCK_FLAGS, cmd_clock_check)
-    _parser(sub, "compare-vllm", "run vLLM's own `vllm bench serve` and this load generator side by side, fairly",
-            "Alternate rounds of `vllm bench serve` (run in the stack's server environment) and this load generator "
-            "on the same server, each round with fresh salted prompts for each tool (vLLM reads them as a "
-            "ShareGPT file, no warm-up), no two prompts sharing a first KV block, and both sides' cached tokens measured "
-            "from /metrics; report the ratio of their median TTFT (refused when the cache hits differ) and TPOT.",
-            COMPARE_FLAGS, cmd_compare_vllm)
+            "worker's lag and CPU, the source's CPU, and a verdict per level (pass, or miss naming the figures over "
+            "their targets, which it prints: rate error, client-only rate error, per-token p99 error). The newest ok run "
+            "under data/bench/clock_check/ calibrates the client-health verdict of every sweep.", CLOCK_FLAGS, cmd_clock_check)
+    compare_text = (
+        "Run this load generator and its peers (`vllm bench serve` from the stack's server environment, AIPerf and "
+        "GuideLLM from their own, made by `make peers-env`) on the same server in rounds of mirrored order (at "
+        "least four), each tool and round with fresh prompts of the same shape, on the CPUs the server does not "
+        "use. Each tool's window is divided by the server's own TTFT and TPOT histograms (/metrics, scraped just "
+        "before and after it), and checked on the server: requests finished, tokens generated, prompt tokens "
+        "served from cache. Prints each tool's ratios to the server and the TTFT it adds, a verdict per peer and "
+        "figure (agree within 3%, differ, or refused with the reason), and the figures that are not comparable "
+        "and why. Run it under `flock /tmp/offload-vllm.lock` when it shares the machine's vLLM.")
+    _parser(sub, "compare", "run vllm bench serve, AIPerf, GuideLLM and this load generator side by side, drift removed",
+            compare_text, _compare_flags(",".join(_peer_names())), cmd_compare)
+    _parser(sub, "compare-vllm", "`compare --tools vllm`: this load generator beside vllm bench serve",
+            compare_text, _compare_flags("vllm"), cmd_compare)
     _parser(sub, "scrape-cost", "measure what one /metrics scrape costs the server (client time and server CPU)",
             "Watch the server's process tree idle, then time back-to-back GET /metrics; report the client time per "
             "scrape and the server CPU per scrape (less the idle rate), from /proc.", SCRAPE_FLAGS, cmd_scrape_cost)
@@ -327,8 +378,8 @@ def add_parsers(sub: Any) -> None:
             "Run every benchmark behind data/bench/ with the settings the docs quote: the clock check (1, 8, 64, 256 "
             "streams; clients w1-inline, w1, w2; 50 and 200 tok/s), open-loop sweeps past the knee of a "
             "capacity-limited token source, and, on the embedded vLLM server (started here; run it under `flock "
-            "/tmp/offload-vllm.lock`, as `make bench-data` does), compare-vllm at 1, 4 and 16 streams and the "
-            "/metrics scrape cost. Refuses to add to existing runs of these benchmarks without --force (which "
+            "/tmp/offload-vllm.lock`, as `make bench-data` does), `compare` of all four load generators at 1 and 4 "
+            "streams (needs `make peers-env`) and the /metrics scrape cost. Refuses to add to existing runs of these benchmarks without --force (which "
             "removes them first).", DATA_FLAGS, cmd_bench_data, run_flags=False)
 
 

@@ -8,7 +8,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from offload_lab.cli.common import action_group, http_url, port_number
-from offload_lab.core.errors import OffloadLabError
+from offload_lab.cli.common import DATA_DIR, DATA_DIR_HELP
+from offload_lab.core.errors import InputError, OffloadLabError
 from offload_lab.core.redact import redact_text
 
 if TYPE_CHECKING:
@@ -21,45 +22,57 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     from offload_lab.core.inputs import check_dir
 
     from offload_lab.campaigns.progress import Progress
+    from offload_lab.core import progress as core_progress
 
-    check_dir(args.data_dir, "--data-dir")  # before any server is started or reached
+    from offload_lab.core import paths as core_paths
+
+    # Before any server is started or reached; a relative --data-dir is the repository's, as run_campaign takes it.
+    check_dir(core_paths.data_root(args.data_dir), "--data-dir", write=True)
     if args.paper:  # the paper's sources are linted before any notebook runs, not after hours of them
         from offload_lab.core import paths
         from offload_lab.paper.build import check_sources
 
         check_sources(paths.find_root())
-    only = [x for x in args.only.split(",") if x] if args.only else None
+    only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only is not None else None
+    if only is not None and not only:
+        raise InputError(f"--only {args.only!r} names no experiment; give comma-separated experiment names, or leave "
+                         "--only out to run them all")
     c = campaign.load_campaign(args.file)
     count = len([e for e in c.spec.experiments if not only or e.experiment in only])
     mode = "json" if args.json else "quiet" if args.quiet else "auto"
     failed: Exception | None = None
+    result: CampaignResult | None = None
+    # The display is also where this process's long steps (a server's boot, its phases) say how far they got.
     with Progress(mode, campaign=c.spec.name, experiments=count,
-                  file=sys.stdout if args.json else None) as progress:
+                  file=sys.stdout if args.json else None) as progress, core_progress.to(progress):
         try:
             result = campaign.run_campaign(c, data_root=args.data_dir, url=args.url, port=args.port,
                                            only=only, progress=progress, fail_fast=args.fail_fast)
         except CampaignFailed as e:  # it ran all it could: report it, build the paper, then exit 4
             result, failed = e.result, e
         finally:
-            progress.summary()
-    if not args.json:
-        _print_campaign(result)
-    if args.paper:
+            progress.summary(notes=_campaign_notes(result) if result is not None else ())
+    if args.paper and result is not None:
         _campaign_paper(result, partial=failed is not None, quiet=args.json)
     if failed is not None:
         raise failed  # its message names each failure and skip; exit 4
     return 0
 
 
-def _print_campaign(result: CampaignResult) -> None:
-    print(f"campaign {result.campaign}: {len(result.runs)} experiment(s) in {result.seconds:.0f} s")
+def _campaign_notes(result: CampaignResult) -> list[str]:
+    """What the summary adds below its list of experiments (whose runs it names already): boot attempts, where the
+    output notebooks are, the ledger."""
+    from offload_lab.campaigns.steps import OUTPUT_NOTEBOOK
+
+    notes = []
     for a in result.boot_attempts:
         expected = "" if a["expected"] is None else f" (expected {a['expected']})"
-        print(f"  boot attempt {a['boot']}: {a['outcome']}{expected}: {a['run']}")
-    for r in result.runs:
-        print(f"  data and output notebook: {r}")
+        notes.append(f"boot attempt {a['boot']}: {a['outcome']}{expected}: {a['run']}")
+    if result.runs:
+        notes.append(f"each run directory holds its data and its output notebook ({OUTPUT_NOTEBOOK})")
     if result.session:
-        print(f"  ledger session {result.session}: `offload-lab campaign ledger {result.campaign}`")
+        notes.append(f"ledger session {result.session}: `offload-lab campaign ledger {result.campaign}`")
+    return notes
 
 
 def _campaign_paper(result: CampaignResult, partial: bool, quiet: bool) -> None:
@@ -114,9 +127,10 @@ def add_parsers(sub: Any) -> Any:
                                       "SIGTERM stops the whole campaign.")
     pcr.add_argument("file", help="campaign file, e.g. configs/campaigns/embedded.yaml")
     pcr.add_argument("--url", type=http_url, default=None,
-                     help="use this running server instead of starting the campaign's stack")
+                     help="use this running server instead of starting the campaign's stack (its base URL, no "
+                          "query; user:password@ is kept out of the notebooks' parameters)")
     pcr.add_argument("--port", type=port_number, default=None, help="port for the server the campaign starts")
-    pcr.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
+    pcr.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
     pcr.add_argument("--only", default=None,
                      help="comma-separated experiment names to run, 'boots' for the boot attempts (default: all)")
     pcr.add_argument("--paper", action="store_true",
@@ -128,11 +142,12 @@ def add_parsers(sub: Any) -> Any:
                           "of going on with the others")
     shown = pcr.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true",
-                       help="plain lines instead of the live display: each experiment as it starts and ends, then a "
-                            "summary (the default when the output is not a terminal)")
+                       help="plain timestamped lines instead of the live display: each experiment as it starts and "
+                            "ends, each server boot's phase, the counts of long steps, a 'still running' line whenever "
+                            "10 s pass without one, then a summary (the default when the output is not a terminal)")
     shown.add_argument("--json", action="store_true",
-                       help="one JSON object per line on stdout for every event (experiment, cell, count, done, "
-                            "summary), for scripts")
+                       help="one JSON object per line on stdout for every event (experiment, cell, count, phase, "
+                            "end, done, summary), for scripts")
     pcr.set_defaults(func=cmd_campaign_run)
     pcc = csub.add_parser("check", help="validate a campaign file and its notebooks' parameters without running",
                           description="Check that every notebook exists and declares every parameter passed, "

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from offload_lab.core.bounds import MAX_PRICE, MAX_SECONDS, MAX_STREAMS, MAX_TOKEN_RATE, MAX_TOKENS
+from offload_lab.core.paths import DATA_DIR
 from offload_lab.core.redact import redact_text
 
 LOG_DIR_ENV = "OFFLOAD_LAB_LOG_DIR"
@@ -86,6 +88,11 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
 
 positive_int = int_at_least(1)
 nonneg_int = int_at_least(0)
+# Bounds of the quantities themselves, so that a typo (1e9 streams, 1e12 tokens) is refused before any work or any
+# server is reached: no model reads or writes more than 10M tokens at once, and one client machine cannot hold more
+# than tens of thousands of open streams.
+token_count = int_at_least(1, MAX_TOKENS)
+stream_count = int_at_least(1, MAX_STREAMS)
 
 
 def port_number(text: str) -> int:
@@ -122,6 +129,11 @@ def _span(low: float | None, high: float | None, low_open: bool, high_open: bool
 
 
 positive_float = finite_float(0, low_open=True)
+# The bounds of times, rates and prices (core.bounds).
+seconds = finite_float(0, MAX_SECONDS, low_open=True)
+nonneg_seconds = finite_float(0, MAX_SECONDS)
+token_rate = finite_float(0, MAX_TOKEN_RATE, low_open=True)
+price = finite_float(0, MAX_PRICE, low_open=True)
 nonneg_float = finite_float(0)
 probability = finite_float(0, 1, low_open=True)
 
@@ -137,6 +149,12 @@ def http_url(text: str) -> str:
     if not ok:
         raise argparse.ArgumentTypeError(f"{redact_text(text)!r} is not an http:// or https:// URL with a host, "
                                          "e.g. http://127.0.0.1:8000")
+    if parts.query or parts.fragment:
+        # Paths are joined onto the base URL, and a key in the query would be sent in every request's path, which
+        # servers write into their access logs.
+        raise argparse.ArgumentTypeError(f"{redact_text(text)!r} holds a query or fragment (?…, #…); give the "
+                                         "server's base URL only, e.g. http://127.0.0.1:8000 (a key in the URL would "
+                                         "be written into the server's access log)")
     return text
 
 
@@ -150,6 +168,9 @@ def endpoint_url(text: str) -> str:
     return url
 
 
+DATA_DIR_HELP = "root of the data tree (default: %(default)s)"
+
+
 # --- flags many commands share -----------------------------------------------------------------------------------
 
 def finish_parser(p: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], *,
@@ -160,7 +181,7 @@ def finish_parser(p: argparse.ArgumentParser, func: Callable[[argparse.Namespace
         p.add_argument("--campaign", default=campaign,
                        help=f"campaign the run is filed under (default: {campaign})")
     if data_dir:
-        p.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
+        p.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
     if json_help is not None:
         p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=func)

@@ -13,7 +13,7 @@ from offload_lab.cli.common import positive_int
 from offload_lab.cli.common import print_json as _print_json
 from offload_lab.cli.fit_options import (action_group, add_host_ram_options, add_memory_options, add_out_options,
                                          add_parallel_options, add_source_options, check_new_out, emit, fit_errors, gib,
-                                         model_for, read)
+                                         gpu_count, model_for, read)
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 
@@ -41,6 +41,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     result["host_ram"] = {k: host_ram.host_ram(model, hs, args.host_ram_gib, args.host_reserve_gib,
                                                args.pinned_granularity, args.pinned == "pow2",
                                                args.pinned_max_round_mib).to_dict() for k, hs in sets.items()}
+    if args.pp > 1:  # per stage, each stage's layers on its own --tp GPUs
+        from offload_lab.server.multinode import parse_partition
+
+        result["pipeline"] = {k: [st.to_dict() for st in memory.per_gpu_pipeline(
+            cls, model.par, args.pp, parse_partition(args.pp_partition), hs, args.usable_gib, args.reserve_gib,
+            ckpt.config)] for k, hs in sets.items()}
     if ckpt.config:
         try:
             kv = memory.kv_cache(ckpt.config, args.tp)
@@ -49,7 +55,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         except InputError as e:
             result["kv"] = {"error": str(e)}
     last = list(sets)[-1]
-    result["fits"] = result["memory"][last]["fits"] is not False and result["host_ram"][last]["fits"] is not False
+    gpus = result["pipeline"][last] if args.pp > 1 else [result["memory"][last]]
+    result["fits"] = all(g["fits"] is not False for g in gpus) and result["host_ram"][last]["fits"] is not False
     if args.json:
         _print_json(result)
     else:
@@ -85,6 +92,12 @@ def _print_audit(r: dict[str, Any]) -> None:
             print(f"    host RAM: {gib(h['exact_gib'])} exact, {gib(h['rounded_gib'])} with power-of-two pinned "
                   f"blocks (x{h['rounding_factor']:.3f}, {h['blocks']} blocks, {h['granularity']}); {h['allocation']} "
                   f"against {gib(h['host_ram_gib'])} (reserve {h['reserve_gib']:g} GiB): {verdict}")
+    for label, stages in r.get("pipeline", {}).items():
+        print(f"  {label.replace('_', ' ')}, pipeline parallel {len(stages)}:")
+        for i, m in enumerate(stages):
+            verdict = {True: "fits", False: "does NOT fit", None: "(no --usable-gib)"}[m["fits"]]
+            print(f"    stage {i}: {gib(m['per_gpu_gib'])} per GPU, headroom {gib(m['headroom_gib'])}: {verdict}; "
+                  f"host {gib(m['host_gib_per_gpu'])} per GPU")
     if "kv" in r and "bytes_per_token_per_gpu" in r["kv"]:
         print(f"  KV cache ({r['kv']['kind']}): {r['kv']['bytes_per_token_per_gpu']:,} bytes per token per GPU")
     for w in r.get("plan", {}).get("warnings", []):
@@ -101,23 +114,63 @@ def cmd_memory_math(args: argparse.Namespace) -> int:
     params = mm.parse_count(args.params)
     inputs_ = mm.memory_math_inputs()
     rows = mm.memory_math(params, args.format, inputs_, ladder=args.ladder)
+    lad = inputs_.ladder(args.ladder)
+    rows, printed_note = _beside_page(params, rows, lad)
     if args.json:
         _print_json(rows)
         return 0
-    lad = inputs_.ladder(args.ladder)
     print(f"{params:,.0f} parameters; weights only, before KV cache and runtime; ladder {lad.name} ({lad.unit})")
-    print(f"  {'format':8} {'bits/weight':>11} {'weight GB':>10} {'smallest memory':>16}")
+    beside = any("printed_weight_gb" in r for r in rows)
+    head = f"  {'format':22} {'bits/weight':>11} {'weight GB':>10} {'smallest memory':>16}"
+    print(head + (f" {'printed GB':>10} {'difference':>17} {'printed smallest':>16}" if beside else ""))
     for r in rows:
         fit = f"{r['smallest_memory_gb']} {lad.unit}" if r["smallest_memory_gb"] else "none listed"
-        print(f"  {r['format']:8} {r['bits_per_weight']:>11.2f} {r['weight_gb']:>10.1f} {fit:>16}")
+        bits = "–" if r["bits_per_weight"] is None else f"{r['bits_per_weight']:.2f}"
+        weight = "–" if r["weight_gb"] is None else f"{r['weight_gb']:.1f}"
+        line = f"  {r['format']:22} {bits:>11} {weight:>10} {fit:>16}"
+        if "printed_weight_gb" in r:
+            diff = ("–" if r["weight_difference_gb"] is None else
+                    f"{r['weight_difference_gb']:+.1f} GB ({r['weight_difference_pct']:+.2f}%)")
+            same = "same" if r["smallest_memory_agrees"] else "DIFFERS"
+            line += f" {r['printed_weight_gb']:>10.1f} {diff:>17} {r['printed_smallest_memory_gb']:>8} {lad.unit} {same}"
+        print(line)
     print(f"  bits per weight: {inputs_.bits_provenance}")
     print(f"  memory sizes ({lad.name}): {lad.provenance}")
+    if printed_note:
+        print(f"  printed: {printed_note}")
     return 0
+
+
+def _beside_page(params: float, rows: list[dict[str, Any]], lad: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """On the community page's ladder, set its printed rows beside the recomputed ones (when its transcription is
+    here and the parameter count is the page's)."""
+    from offload_lab.core import paths
+    from offload_lab.fit import memory_math as mm
+    from offload_lab.published import transcription
+
+    if lad.name != mm.PAGE_LADDER:
+        return rows, None
+    path = paths.resolve_in_root(mm.PAGE_TRANSCRIPTION)
+    if not path.is_file():
+        return rows, f"the page's printed table ({mm.PAGE_TRANSCRIPTION}) is not here: recomputed rows only"
+    t = transcription.load_transcription(path)
+    page_params = next(float(f.value) * 1e9 for f in t.figures if f.key == mm.PAGE_PARAMS_KEY)  # type: ignore[arg-type]
+    if abs(params - page_params) > 1e-6 * page_params:
+        return rows, (f"the page's printed rows are for {page_params:,.0f} parameters, not {params:,.0f}: "
+                      "not compared")
+    table = t.tables[mm.PAGE_TABLE]
+    printed = [dict(zip(table.columns, row)) for row in table.rows]
+    return mm.beside_printed(rows, printed, lad), (
+        f"{mm.PAGE_TRANSCRIPTION} (source {t.source}, sha256 {t.source_sha256[:12]}…); a weight reproduces the "
+        f"printed one within {100 * mm.WEIGHT_TOLERANCE:g}%")
 
 
 def cmd_checkpoint_synth(args: argparse.Namespace) -> int:
     from offload_lab.fit import synthetic
 
+    from offload_lab.core.places import check_output
+
+    check_output(args.out, "--out", "dir")  # before the spec is read: a bad place is refused at once
     spec = synthetic.load_spec(args.spec)
     info = synthetic.write_checkpoint(spec, args.out)
     info["parameters"] = synthetic.parameter_count(spec)
@@ -167,6 +220,11 @@ def add_parsers(sub: Any) -> None:
     add_memory_options(pa, usable_required=True)
     pa.add_argument("--plan", default=None, help="plan file: also compute the bytes per GPU with it applied")
     pa.add_argument("--json", action="store_true", help="print the full audit as JSON")
+    pa.add_argument("--pp", type=gpu_count, default=1,
+                    help="pipeline-parallel stages (vLLM --pipeline-parallel-size): the bytes each stage's GPUs hold, "
+                         "layers split as vLLM splits them (default: 1)")
+    pa.add_argument("--pp-partition", default=None, metavar="N,N,...",
+                    help="layers per stage, as VLLM_PP_LAYER_PARTITION (default: vLLM's even split)")
     add_host_ram_options(pa)
     add_parallel_options(pa, tp_required=True)
     add_source_options(pa)
@@ -179,15 +237,18 @@ def add_parsers(sub: Any) -> None:
         description="For each of llama.cpp's GGUF formats (bits per weight as the published community page uses "
                     "them), the weight size in GB (1e9 bytes) and the smallest memory size on a ladder that holds "
                     "the weights alone, before KV cache and runtime. The output names the ladder. The default is "
-                    "offload-lab's own ladder: the community page's ladder is not transcribed yet.")
+                    "offload-lab's own ladder; on the community page's ladder each row is set beside the page's "
+                    "printed row (weights, their difference, and whether the smallest memory agrees).")
     pmm.add_argument("--params", required=True, help="parameter count, e.g. 763.2B, 35.4M or 7.632e11")
     pmm.add_argument("--format", action="append", default=None, help="only this format (repeatable; default: all)")
     pmm.add_argument("--ladder", default=None,
-                     help="ladder of memory sizes: offload-lab (the default, GiB) or community-page (decimal GB; "
-                          "refused until its sizes are transcribed)")
+                     help="ladder of memory sizes: offload-lab (the default, GiB) or community-page (powers of two of "
+                          "decimal GB, as the page's table; adds the page's printed rows beside the recomputed ones)")
     pmm.add_argument("--json", action="store_true",
                      help="print rows with keys format, bits_per_weight, weight_gb, smallest_memory_gb, ladder, "
-                          "ladder_unit")
+                          "ladder_unit; on the community page's ladder also printed_weight_gb, weight_difference_gb, "
+                          "weight_difference_pct, weight_within_tolerance, printed_smallest_memory_gb, "
+                          "smallest_memory_agrees")
     pmm.set_defaults(func=cmd_memory_math)
 
     cksub = action_group(sub, "checkpoint", "synthetic header-only checkpoints",

@@ -6,12 +6,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from offload_lab.cli.common import finite_float, nonneg_float, nonneg_int, positive_float, positive_int
+from offload_lab.cli.common import finite_float, int_at_least, nonneg_float, nonneg_int, positive_float, positive_int
 from offload_lab.cli.common import action_group  # noqa: F401  (the fit parsers import it from here)
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 
 share = finite_float(0, 1)  # a share of the routed experts, 0 to 1
+# Memory in GiB up to a pebibyte (no GPU or host holds more; 1e308 GiB would overflow the byte counts), bandwidths up
+# to a petabyte a second, GPUs up to 4,096 in one tensor-parallel group.
+MAX_GIB = float(2**20)
+memory_gib = finite_float(0, MAX_GIB, low_open=True)
+nonneg_gib = finite_float(0, MAX_GIB)
+bandwidth_gbps = finite_float(0, 1e6, low_open=True)
+gpu_count = int_at_least(1, 4096)
 layer_share = finite_float(0, 1, low_open=True)
 
 
@@ -28,13 +35,27 @@ def read(args: argparse.Namespace, source: str | None = None) -> tuple[Any, Any]
 
     opts = checkpoint.RemoteOptions(concurrency=args.concurrency, retries=args.retries)
     ckpt = checkpoint.read_checkpoint(source or args.source, opts, hf_endpoint=args.hf_endpoint)
+    if not any(shard.tensors for shard in ckpt.shards):
+        # An empty header "fits" anything: say that there is nothing to fit instead.
+        raise InputError(f"checkpoint {source or args.source}: its safetensors header(s) hold no tensor, so there is "
+                         "nothing to fit; give a model's checkpoint")
     cls = checkpoint.classify(ckpt, args.architecture, args.engram_pattern)
     return ckpt, cls
+
+
+def check_heads(config: dict[str, Any] | None, tp: int) -> None:
+    """vLLM splits the attention heads over the tensor-parallel GPUs: --tp must divide their number."""
+    heads = (config or {}).get("num_attention_heads")
+    if isinstance(heads, int) and heads > 0 and heads % tp:
+        fits = [n for n in range(1, heads + 1) if heads % n == 0]
+        raise InputError(f"--tp {tp}: the model has {heads} attention heads, which {tp} GPUs cannot share evenly "
+                         f"(vLLM refuses it); give one of {fits}")
 
 
 def model_for(args: argparse.Namespace, ckpt: Any, cls: Any) -> Any:
     from offload_lab.fit import memory
 
+    check_heads(ckpt.config, args.tp)
     par = memory.Parallelism(tp=args.tp, ep=args.ep, placement=args.placement,
                              tp_modes=memory.parse_tp_modes(args.tp_mode or []))
     return memory.MemoryModel(cls, par, ckpt.config)
@@ -72,7 +93,7 @@ def add_parallel_options(p: argparse.ArgumentParser, tp_required: bool = False) 
     from offload_lab.fit.checkpoint import CATEGORIES
 
     g = p.add_argument_group("parallelism")
-    g.add_argument("--tp", type=positive_int, required=tp_required, default=None if tp_required else 1,
+    g.add_argument("--tp", type=gpu_count, required=tp_required, default=None if tp_required else 1,
                    help="tensor-parallel GPUs" + ("" if tp_required else " (default: 1)"))
     g.add_argument("--ep", action="store_true",
                    help="expert parallelism over the --tp GPUs (vLLM --enable-expert-parallel): whole experts per GPU")
@@ -83,16 +104,16 @@ def add_parallel_options(p: argparse.ArgumentParser, tp_required: bool = False) 
 
 
 def add_memory_options(p: argparse.ArgumentParser, usable_required: bool = False, what: str = "") -> None:
-    p.add_argument("--usable-gib", type=positive_float, required=usable_required, default=None,
+    p.add_argument("--usable-gib", type=memory_gib, required=usable_required, default=None,
                    help="usable memory per GPU in GiB (what the driver reports, times gpu_memory_utilization)" + what)
-    p.add_argument("--reserve-gib", type=nonneg_float, default=0.0,
+    p.add_argument("--reserve-gib", type=nonneg_gib, default=0.0,
                    help="headroom a GPU must keep free for KV cache, activations and graphs (default: 0)")
 
 
 def add_bandwidth_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hbm-gbps", type=positive_float, default=None,
+    p.add_argument("--hbm-gbps", type=bandwidth_gbps, default=None,
                    help="with --counts: GPU memory bandwidth, GB/s, for the TPOT bound")
-    p.add_argument("--link-gbps", type=positive_float, default=None,
+    p.add_argument("--link-gbps", type=bandwidth_gbps, default=None,
                    help="with --counts: host-to-GPU read bandwidth (zero-copy over PCIe), GB/s, for the TPOT bound")
 
 
@@ -100,16 +121,16 @@ def add_host_ram_options(p: argparse.ArgumentParser) -> None:
     from offload_lab.fit.host_ram import GRANULARITIES
 
     g = p.add_argument_group("host RAM (pinned buffers of the host experts and tensors)")
-    g.add_argument("--host-ram-gib", type=positive_float, default=None,
+    g.add_argument("--host-ram-gib", type=memory_gib, default=None,
                    help="the host's RAM in GiB: the fit fails when the plan's pinned buffers do not fit in it")
-    g.add_argument("--host-reserve-gib", type=nonneg_float, default=0.0,
+    g.add_argument("--host-reserve-gib", type=nonneg_gib, default=0.0,
                    help="host RAM to keep free for everything else (default: 0)")
     g.add_argument("--pinned", choices=("pow2", "exact"), default="pow2",
                    help="how the stack pins host memory: pow2, PyTorch's caching host allocator (pin_memory(), every "
                         "block rounded up to a power of two; the default); exact, torch.empty + cudaHostRegister")
     g.add_argument("--pinned-granularity", choices=GRANULARITIES, default="layer-tensor",
                    help="one pinned block per layer per stacked tensor (w13, w2; vLLM) or per expert")
-    g.add_argument("--pinned-max-round-mib", type=nonneg_float, default=None,
+    g.add_argument("--pinned-max-round-mib", type=finite_float(0, MAX_GIB * 1024), default=None,
                    help="blocks above this many MiB are not rounded (PYTORCH_ALLOC_CONF=pinned_max_round_threshold_mb)")
 
 

@@ -17,8 +17,9 @@ from offload_lab.core.redact import redact_text
 Handler = Callable[[argparse.Namespace], int]
 
 
-from offload_lab.cli.common import action_group, http_url, nonneg_int, port_number, positive_float
+from offload_lab.cli.common import action_group, http_url, nonneg_int, port_number, seconds
 from offload_lab.cli.common import finish_parser
+from offload_lab.cli.common import DATA_DIR, DATA_DIR_HELP
 from offload_lab.cli.common import print_json as _print_json
 
 
@@ -29,7 +30,7 @@ def cmd_model_tiny(args: argparse.Namespace) -> int:
     from offload_lab.server import tinymodel
 
     t0 = time.monotonic()
-    out = check_dir(args.out, "--out")
+    out = check_dir(args.out, "--out", write=True)
     if out.is_dir() and any(out.iterdir()) and not args.force:
         # The build is deterministic: rebuilding the same model is harmless, replacing another one is not.
         spec = tinymodel.load_model_spec(args.config or tinymodel.default_model_config())
@@ -52,7 +53,8 @@ def cmd_model_tiny(args: argparse.Namespace) -> int:
 # --- serve -------------------------------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from offload_lab.core import runs
+    from offload_lab.campaigns.progress import Progress
+    from offload_lab.core import progress as core_progress, runs
     from offload_lab.core.signals import SIGNALS, Stopped, reason_of, stopping_on_signals
     from offload_lab.server import stack
 
@@ -62,8 +64,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the server's process group is stopped and the boot records the signal as the reason.
     reason = None
     with stopping_on_signals():
-        server = stack.start_server(st, Path(args.data_dir), args.campaign, port=args.port,
-                                    ready_timeout_s=args.ready_timeout)
+        # The boot's phases, read from the server's log, as a campaign shows them (a bar on a terminal, else lines).
+        with Progress("auto") as display, core_progress.to(display):
+            server = stack.start_server(st, Path(args.data_dir), args.campaign, port=args.port,
+                                        ready_timeout_s=args.ready_timeout)
         try:
             print(f"server ready at {server.url} (model {server.model_name}); log: {server.log_path}", flush=True)
             print("press Ctrl-C to stop it", flush=True)
@@ -153,11 +157,21 @@ def cmd_paper_build(args: argparse.Namespace) -> int:
 
     from offload_lab.core import paths
 
+    from offload_lab.core.places import check_output
+
     t0 = time.monotonic()
     # A relative --data-dir is the repository's (as for `campaign run`), so a build from a subdirectory reads the
     # data the campaign wrote.
+    data_root = paths.data_root(args.data_dir)
+    # The paper's outputs are not data: inside the data tree they would read as corrupt runs; the PDF and the
+    # bundle written over each other would leave neither whole.
+    for flag, place, other in (("--out", args.out, ("--bundle", args.bundle)),
+                               ("--bundle", args.bundle, ("--out", args.out))):
+        if place is not None:
+            check_output(place, flag, "dir", outside={"the data tree (--data-dir)": data_root},
+                         others=dict([other]))
     result = paper.build_paper(
-        campaign=args.campaign, data_root=paths.data_root(args.data_dir), out_dir=Path(args.out) if args.out else None,
+        campaign=args.campaign, data_root=data_root, out_dir=Path(args.out) if args.out else None,
         repo_root=Path(args.root) if args.root else None, frozen=args.frozen,
         bundle=Path(args.bundle) if args.bundle else None,
     )
@@ -169,6 +183,9 @@ def cmd_paper_build(args: argparse.Namespace) -> int:
     # Runs passed over (their parameters are not the campaign file's, or their manifest cannot be read).
     for s in json.loads(result.claims_json.read_text(encoding="utf-8")).get("skipped") or []:
         print(f"  skipped: run {s['run_id']} of {s['experiment']}: {s['reason']}")
+    # Cited runs gone or replaced since the last build or the last commit: the claims of those experiments changed.
+    for line in result.fallbacks:
+        print(f"  fallback: {line}")
     return 0
 
 
@@ -237,8 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--port", type=port_number, default=None,
                     help="port to bind, 1 to 65535 (default: a free one); an error if taken")
     ps.add_argument("--campaign", default="scratch", help="campaign the boot run is filed under (default: scratch)")
-    ps.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
-    ps.add_argument("--ready-timeout", type=positive_float, default=None,
+    ps.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
+    ps.add_argument("--ready-timeout", type=seconds, default=None,
                     help="seconds to wait for readiness (default: the stack file's ready_timeout_s)")
     ps.set_defaults(func=cmd_serve)
 
@@ -279,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "HTML (quarto render where Quarto is installed, else pandoc and Typst), and "
                                     "audit the result. " + fails)
     q.add_argument("--campaign", default="embedded", help="campaign whose data the paper reads (default: embedded)")
-    q.add_argument("--data-dir", default="data", help="root of the data tree (default: data)")
+    q.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
     q.add_argument("--out", default=None, help="output directory (default: _output/<campaign>)")
     q.add_argument("--root", default=None, help="repository root holding paper/ and _quarto.yml (default: found)")
     q.add_argument("--frozen", action="store_true",
@@ -288,8 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write DIR: the HTML paper with every data file and notebook it links to, links relative")
     q.set_defaults(func=cmd_paper_build)
     q = psub.add_parser("prepare", help="resolve claims and draw figures only (Quarto's pre-render hook)",
-                        description="Write claims.json, the provenance table and the figures that the paper "
-                                    "includes; Quarto runs this before rendering. " + fails)
+                        description="Write claims.json, the provenance table, the figures and sections.qmd (the "
+                                    "experiment folders' section*.qmd assembled by topic) that the paper includes; "
+                                    "Quarto runs this before rendering. " + fails)
     q.add_argument("--campaign", default=None,
                    help="campaign (default: $OFFLOAD_LAB_CAMPAIGN, else the one paper.qmd names)")
     q.add_argument("--data-dir", default=None, help="root of the data tree (default: $OFFLOAD_LAB_DATA_ROOT, else data)")

@@ -63,9 +63,12 @@ def _dry_run_checks(st: Any, args: argparse.Namespace) -> int:
 def cmd_stack_check(args: argparse.Namespace) -> int:
     from offload_lab.server import stack
 
-    from offload_lab.core.redact import MASK, looks_secret, redact_args
+    from offload_lab.core.redact import MASK, looks_secret, redact_args, redact_record
 
     st = stack.load_stack(args.file)
+    from offload_lab.server.interpreter import check_interpreter
+
+    interpreter = check_interpreter(st)  # it runs, is a Python, and has server.module (when installed here)
     unpinned = stack.unpinned_items(st.spec)
     server = st.spec.server
     # Never print a value that looks like a secret, whatever the schema let through.
@@ -76,10 +79,14 @@ def cmd_stack_check(args: argparse.Namespace) -> int:
            "env": env, "env_from": list(server.env_from),
            "plan": str(st.plan_path) if st.plan_path else None,
            "price": st.spec.price.model_dump() if st.spec.price else None, "unpinned": unpinned,
-           "cpus_not_here": cpus_missing}
+           "cpus_not_here": cpus_missing, "interpreter": interpreter}
+    out = redact_record(out)  # credentials in URLs, secret flags' values: masked wherever they are
     from offload_lab.core.errors import InputError
     from offload_lab.fit import plan_formats
 
+    from offload_lab.server import multinode
+
+    multinode.check_ray_env(st.spec.pod, stack.server_env(st), list(server.env_from), str(args.file))
     out["plan_format"], plan_problems = plan_formats.stack_plan_report(st)
     if plan_problems:
         raise InputError(f"stack file {args.file}: the plan the offload part would get is not in the format it "

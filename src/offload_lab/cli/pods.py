@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from offload_lab.cli.common import action_group, int_at_least, print_json
+from offload_lab.cli.common import DATA_DIR, DATA_DIR_HELP
 from offload_lab.core.errors import InputError
 
 PLAN_FILE = "plan.json"
@@ -27,52 +30,157 @@ def _load(campaign_file: str, stack_file: str | None) -> tuple[Any, Any, Path]:
     return campaign, st, stack_path
 
 
-def cmd_pod_plan(args: argparse.Namespace) -> int:
+def _make_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The plan of `pod plan` and `pod launch`: every task built before its folder is made, and the folder removed
+    again when the check refuses, so a refused plan leaves nothing behind. Returns plan.json's record, the folder
+    and the objects the launcher needs."""
     from offload_lab.campaigns import runner
+    from offload_lab.core import places
+    from offload_lab.core.inputs import check_out
     from offload_lab.pods import plan as planmod
     from offload_lab.pods import skypilot as sp
+    from offload_lab.server import stack as stackmod
 
     campaign, st, stack_path = _load(args.campaign, args.stack)
     runner.validate(campaign)  # a campaign that would fail on the pod fails here, before anything is rented
     pod = sp.pod_of(st.spec, str(stack_path))
+    from offload_lab.server import multinode
+
+    # a second node without the plan's variable is refused here, before anything is rented
+    multinode.check_ray_env(pod, stackmod.server_env(st), list(st.spec.server.env_from), str(stack_path))
     only = [x for x in args.only.split(",") if x] if args.only else None
     plan = planmod.plan_pods(campaign, stack_path, pods=args.pods, split=args.split, plan_id=args.plan_id, only=only)
     opts = sp.TaskOptions(git_url=args.git_url, git_ref=args.git_ref, bucket=args.bucket, store=args.store,
-                          allow_unpinned=args.allow_unpinned)
+                          allow_unpinned=args.allow_unpinned, secrets=sp.secrets_for(campaign, st.spec, only))
     out = Path(args.out) if args.out else campaign.root / "_output" / "pods" / plan.plan_id
-    if out.exists() and any(out.iterdir()) and not args.force:
-        raise InputError(f"{out} exists and is not empty; give another --out, or --force to write over it")
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for part in plan.parts:
-        path = out / f"{part.cluster}.yaml"
-        path.write_text(sp.task_yaml(sp.task_dict(plan, part, st.spec, campaign, opts)), encoding="utf-8")
-        written.append(path)
-    shown = str(out.relative_to(Path.cwd())) if out.resolve().is_relative_to(Path.cwd()) else str(out)
-    cmds = sp.commands(plan, shown, opts, pod.autodown_idle_minutes)
-    record = {"plan": plan.model_dump(), "stack_price": st.spec.price.model_dump() if st.spec.price else None,
-              "pod": pod.model_dump(), "commands": cmds, "tasks": [p.name for p in written]}
-    checked = None
-    if args.check:
-        checked = sp.check_tasks(written, sp.sky_python(args.sky_python, campaign.root))
-        record["skypilot"] = {"version": checked[0]["sky_version"], "tasks": len(checked)}
-    (out / PLAN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    data_dir = getattr(args, "data_dir", None)  # `pod launch` merges into it: the plan's folder stays out of it
+    if data_dir is not None:
+        places.check_output(data_dir, "--data-dir", "dir")
+    places.check_output(out, "--out", "dir", outside={"the data tree": data_dir})
+    check_out(out, args.force, "--out", kind="dir")
+    tasks = {f"{part.cluster}.yaml": sp.task_yaml(sp.task_dict(plan, part, st.spec, campaign, opts))
+             for part in plan.parts}
+    made = not out.exists()
+    written: list[Path] = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in tasks.items():
+            (out / name).write_text(text, encoding="utf-8")
+            written.append(out / name)
+        shown = str(out.relative_to(Path.cwd())) if out.resolve().is_relative_to(Path.cwd()) else str(out)
+        record: dict[str, Any] = {"plan": plan.model_dump(), "options": opts.model_dump(),
+                                  "checkout": str(campaign.root),  # what the tasks sync: a relaunch syncs it again
+                                  "stack_price": st.spec.price.model_dump() if st.spec.price else None,
+                                  "pod": pod.model_dump(),
+                                  "commands": sp.commands(plan, shown, opts, pod.autodown_idle_minutes),
+                                  "tasks": [p.name for p in written]}
+        if args.check:
+            checked = sp.check_tasks(written, sp.sky_python(args.sky_python, campaign.root))
+            record["skypilot"] = {"version": checked[0]["sky_version"], "tasks": len(checked)}
+        (out / PLAN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    except BaseException:
+        for f in written:
+            f.unlink(missing_ok=True)
+        if made:
+            shutil.rmtree(out, ignore_errors=True)  # made a moment ago, by us: a refused plan leaves no folder
+        raise
+    return {"record": record, "out": out, "shown": shown, "plan": plan, "pod": pod, "campaign": campaign,
+            "stack": st, "opts": opts}
+
+
+def cmd_pod_plan(args: argparse.Namespace) -> int:
+    made = _make_plan(args)
+    record, plan, pod, shown = made["record"], made["plan"], made["pod"], made["shown"]
     if args.json:
-        print_json({**record, "out": str(out)})
+        print_json({**record, "out": str(made["out"]),
+                    "task_files": [str(made["out"] / t) for t in record["tasks"]]})
         return 0
-    print(f"{len(written)} SkyPilot task(s) for campaign {plan.campaign} ({plan.split}) in {shown}/")
+    print(f"{len(record['tasks'])} SkyPilot task(s) for campaign {plan.campaign} ({plan.split}) in {shown}/")
     for part in plan.parts:
         what = ("the whole campaign" if not part.only else "--only " + ",".join(part.only)) + (
             f", {part.repeat_boots} boot(s)" if part.repeat_boots else "")
         print(f"  {part.cluster}: {pod.nodes} x {pod.accelerator}:{pod.count}, {what}")
-    if checked:
-        print(f"  every task loads with SkyPilot {checked[0]['sky_version']}'s parser")
-    for step, lines in cmds.items():
+    if record.get("skypilot"):
+        print(f"  every task loads with SkyPilot {record['skypilot']['version']}'s parser")
+    for step, lines in record["commands"].items():
         if lines:
             print(f"{step}:")
             for line in lines:
                 print(f"  {line}")
     return 0
+
+
+def cmd_pod_launch(args: argparse.Namespace) -> int:
+    from offload_lab.campaigns import ledger
+    from offload_lab.campaigns import runner
+    from offload_lab.core import paths
+    from offload_lab.pods import launch as launchmod
+    from offload_lab.pods import merge as mergemod
+    from offload_lab.pods import plan as planmod
+    from offload_lab.pods import skypilot as sp
+    from offload_lab.server import stack as stackmod
+
+    target = Path(args.campaign)
+    if (target / PLAN_FILE).is_file():  # a plan launched before: launch what its pods have not sent back yet
+        plan_dir, record = target, _read_plan(target)
+        root = Path(record["checkout"]) if paths.is_root(Path(record.get("checkout") or "")) else paths.find_root()
+        plan = planmod.PodPlan.model_validate(record["plan"])
+        campaign = runner.load_campaign(root / plan.campaign_file, root=root)
+        st = stackmod.load_stack(root / plan.stack_file, root=root)
+        opts = sp.TaskOptions.model_validate(record.get("options") or {})
+        todo = launchmod.next_launches(plan_dir, campaign, plan)
+    else:
+        made = _make_plan(args)
+        plan_dir, record, plan, campaign, st, opts = (made["out"], made["record"], made["plan"], made["campaign"],
+                                                      made["stack"], made["opts"])
+        todo = [(p, p, 0) for p in plan.parts]
+    if sp.pod_of(st.spec, plan.stack_file).use_spot and not opts.bucket:
+        raise InputError(f"stack file {plan.stack_file} rents spot pods (pod.use_spot): they run as SkyPilot managed "
+                         "jobs, recovered on a new pod when preempted, and their runs come home through a bucket; "
+                         "give --bucket NAME")
+    if not (sp.pod_of(st.spec, plan.stack_file).use_spot and opts.bucket) and shutil.which("rsync") is None:
+        raise InputError("rsync is not installed here: `pod launch` brings each pod's runs home with rsync over the "
+                         "ssh entry SkyPilot writes (apt-get install rsync, brew install rsync)")
+    missing = [s for s in opts.secrets if not os.environ.get(s)]
+    if missing:
+        raise InputError(f"the tasks pass {', '.join(missing)} to the pods and it is not set here: export it (its "
+                         "value goes to SkyPilot at launch, never into a file)")
+    adapter = launchmod.Adapter(sp.sky_python(args.sky_python, campaign.root))
+    print(f"plan {plan.plan_id}: {len(todo)} pod(s) to launch for campaign {plan.campaign} ({plan_dir})", flush=True)
+    launcher = launchmod.PodLauncher(plan_dir, plan, campaign, st.spec, opts, adapter, log=_say,
+                                     relaunches=args.relaunches, keep_up=args.keep_up)
+    report = launcher.run(todo) if todo else launchmod.LaunchReport([], [])
+    clusters = [p.cluster for p in plan.parts]
+    sources = [r for c in clusters for r in launchmod.fetched_roots(plan_dir, c) if (r / plan.campaign).is_dir()]
+    pod_lines = ledger.pod_records(report.cost_report, clusters, record.get("stack_price")) if todo else []
+    data = Path(args.data_dir)
+    rep = mergemod.merge(sources, data, plan.campaign, pod_lines) if sources else mergemod.MergeReport()
+    print(f"merged {len(sources)} launch(es)' data into {data / plan.campaign}: {len(rep.copied)} run(s) copied, "
+          f"{len(rep.skipped)} already there; {len(pod_lines)} launch(es) priced in the ledger "
+          f"(`offload-lab pod ledger {plan.campaign} --data-dir {data}`)")
+    left = launchmod.next_launches(plan_dir, campaign, plan)
+    for part, what, _ in left:
+        print(f"  {part.cluster}: not finished, left: {','.join(what.only or ['the whole campaign'])}; "
+              f"`offload-lab pod launch {plan_dir}` launches it again")
+    if plan.after_merge and not left and not args.no_analysis:
+        from offload_lab.campaigns.progress import Progress
+
+        print(f"after the merge, over every pod's data, here: {', '.join(plan.after_merge)}", flush=True)
+        with Progress("quiet", campaign=plan.campaign, experiments=len(plan.after_merge)) as progress:
+            runner.run_campaign(campaign, data_root=data, only=list(plan.after_merge), progress=progress)
+    if args.paper and not left:
+        from offload_lab.paper import build as paper
+
+        # the paper of this checkout over the merged data, kept with the plan that made it
+        built = paper.build_paper(campaign=plan.campaign, data_root=data, out_dir=plan_dir / "paper",
+                                  repo_root=paths.find_root())
+        print(f"paper: {built.pdf or built.html}")
+    failed = [ln for ln in report.launches if ln.outcome == "failed"]
+    return 4 if left or failed else 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _read_plan(plan_dir: Path) -> dict[str, Any]:
@@ -89,12 +197,15 @@ def cmd_pod_merge(args: argparse.Namespace) -> int:
     from offload_lab.campaigns import ledger
     from offload_lab.pods import merge as mergemod
 
+    from offload_lab.pods.launch import fetched_roots
+
     plan_dir = Path(args.plan_dir)
     record = _read_plan(plan_dir)
     campaign = record["plan"]["campaign"]
     clusters = [p["cluster"] for p in record["plan"]["parts"]]
-    sources = [plan_dir / c / "data" for c in clusters if (plan_dir / c / "data" / campaign).is_dir()]
-    missing = [c for c in clusters if not (plan_dir / c / "data" / campaign).is_dir()]
+    # every launch of each cluster: <cluster>/data, then a relaunch's <cluster>-r1/data ...
+    sources = [r for c in clusters for r in fetched_roots(plan_dir, c) if (r / campaign).is_dir()]
+    missing = [c for c in clusters if not any((r / campaign).is_dir() for r in fetched_roots(plan_dir, c))]
     if missing and not args.partial:
         raise InputError(f"no data fetched yet for {', '.join(missing)} (expected {plan_dir}/<cluster>/data/"
                          f"{campaign}/: run the fetch commands of plan.json), or give --partial to merge the rest")
@@ -144,7 +255,8 @@ def cmd_pod_ledger(args: argparse.Namespace) -> int:
               "them); `offload-lab campaign ledger` shows its sessions")
         return 0
     for p in pods:
-        print(f"{p['cluster']}  {_pod_text(p)}  sessions: {', '.join(p['sessions']) or '-'}")
+        launch = f" (launch {p['launch']})" if p.get("launch") not in (None, "None") else ""
+        print(f"{p['cluster']}{launch}  {_pod_text(p)}  sessions: {', '.join(p['sessions']) or '-'}")
     costs = "; ".join(f"{src}: " + ", ".join(f"{v:.2f} {c}" for c, v in by.items())
                       for src, by in tot["cost_by_source"].items()) or "no priced pod"
     print(f"{tot['pods']} pod(s), {tot['open']} open, {tot['unlisted']} not listed; {tot['minutes']:.1f} paid "
@@ -153,7 +265,7 @@ def cmd_pod_ledger(args: argparse.Namespace) -> int:
 
 
 # Each subcommand's arguments as a table: (name or flag, add_argument's keywords).
-_DATA_DIR = ("--data-dir", dict(default="data", help="root of the data tree (default: data)"))
+_DATA_DIR = ("--data-dir", dict(default=DATA_DIR, help=DATA_DIR_HELP))
 _JSON = ("--json", dict(action="store_true", help="print JSON"))
 _PLAN_ARGS: list[tuple[str, dict[str, Any]]] = [
     ("campaign", dict(help="campaign file, e.g. configs/campaigns/study-pod.yaml")),
@@ -164,7 +276,8 @@ _PLAN_ARGS: list[tuple[str, dict[str, Any]]] = [
     ("--only", dict(default=None, help="a named part: only these experiments (comma-separated; 'boots' for the boot "
                                        "attempts), as `campaign run --only`")),
     ("--out", dict(default=None, help="folder for the tasks (default _output/pods/<plan id>)")),
-    ("--plan-id", dict(default=None, help="names the plan and its clusters: 1-8 lower-case letters or digits (default: 4 random hex)")),
+    ("--plan-id", dict(default=None, help="names the plan and its clusters: 1-8 lower-case letters or digits "
+                                          "(default: 4 random hex)")),
     ("--force", dict(action="store_true", help="write into a --out folder that is not empty")),
     ("--bucket", dict(default=None, help="copy each pod's data to this bucket (survives --down)")),
     ("--store", dict(default="s3", choices=["s3", "gcs", "r2", "azure", "oci"], help="bucket kind")),
@@ -178,8 +291,22 @@ _PLAN_ARGS: list[tuple[str, dict[str, Any]]] = [
                                              ".venvs/sky/bin/python)")),
     _JSON,
 ]
+_LAUNCH_ARGS: list[tuple[str, dict[str, Any]]] = [
+    ("campaign", dict(help="campaign file (a new plan, as `pod plan` makes it), or the folder of a plan launched "
+                           "before (launches what its pods have not sent back yet)")),
+    *[a for a in _PLAN_ARGS if a[0] not in ("campaign", "--json")],
+    _DATA_DIR,
+    ("--relaunches", dict(type=int_at_least(0, 10), default=2,
+                          help="launch a lost pod (preempted, gone) again this many times for what it has left "
+                               "(default 2)")),
+    ("--keep-up", dict(action="store_true", help="leave the pods up when their job ends (default: take them down)")),
+    ("--no-analysis", dict(action="store_true",
+                           help="do not run the experiments that need no server after the merge")),
+    ("--paper", dict(action="store_true", help="build the paper from the merged data at the end, into <plan>/paper/")),
+]
 _MERGE_ARGS: list[tuple[str, dict[str, Any]]] = [
-    ("plan_dir", dict(help="the folder `pod plan` wrote (with plan.json and <cluster>/data/)")),
+    ("plan_dir", dict(help="the folder `pod plan` (or `pod launch`) wrote: plan.json, <cluster>/data/ and a "
+                          "relaunch's <cluster>-r1/data/")),
     _DATA_DIR,
     ("--cost-report", dict(default=None, help="`sky cost-report -o json --days 0` saved to a file")),
     ("--partial", dict(action="store_true", help="merge the pods fetched so far")),
@@ -196,15 +323,28 @@ _SUBCOMMANDS = [
      "--pods N spreads the experiments (or, for a campaign with repeat_boots, the boots) over N pods. Writes "
      "<out>/<cluster>.yaml and <out>/plan.json. Exit status 2 for a stack a launcher cannot express, a split the "
      "campaign cannot take, or a refused check."),
+    ("launch", cmd_pod_launch, _LAUNCH_ARGS,
+     "launch a campaign's pods through SkyPilot, follow them, bring each run home, take them down, merge",
+     "Plan as `pod plan` does (or take the folder of a plan launched before), then through SkyPilot's Python API "
+     "(run with SkyPilot's interpreter, --sky-python): launch every pod (a managed job when the stack rents spot), "
+     "show each pod's progress (the campaign's own lines, named by cluster), fetch each run into <plan>/<cluster>/"
+     "data/ as it finishes, launch a pod lost mid-campaign again with only what its data lacks (same cluster name, "
+     "--relaunches), take the pods down, record every launch's cost (`sky cost-report`) in the ledger, merge the "
+     "data into --data-dir, run the analysis that needs no server here, and with --paper build the paper. The "
+     "secrets the tasks pass must be set here. Exit 2 for a bad plan or a missing secret, 3 when SkyPilot refuses "
+     "a call, 4 when a pod did not finish its part (run the same command on the plan folder again) or an "
+     "experiment failed. Tested against a recorder standing in for SkyPilot; no cloud has run it yet."),
     ("merge", cmd_pod_merge, _MERGE_ARGS,
      "merge the pods' fetched data into one campaign; record what the launcher says they cost",
      "Check every run of every pod against its manifest, refuse run ids seen twice, then copy the runs and the "
      "pods' ledger lines into --data-dir. With --cost-report (`sky cost-report -o json --days 0`), one `pod` ledger "
-     "line per cluster: start, end, minutes, price and cost, from the launcher where it gives them and from the "
+     "line per launch of each cluster (a relaunched name is paid again): start, end, minutes, price and cost, from "
+     "the launcher where it gives them and from the "
      "stack file's price where it does not (`source`)."),
     ("ledger", cmd_pod_ledger, _LEDGER_ARGS,
      "the campaign's pods as the launcher reported them, with the price source",
-     "Read the `pod` lines of <data>/<campaign>/ledger.jsonl: per cluster the paid minutes (launch to teardown, "
+     "Read the `pod` lines of <data>/<campaign>/ledger.jsonl: per launch of each cluster the paid minutes (launch to "
+     "teardown, "
      "setup included), cost, where the price came from (launcher or stack_file) and the sessions it ran."),
 ]
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from offload_lab.core import runs
+from offload_lab.cli.common import MAX_TOKENS
 from offload_lab.core.errors import InputError
 from offload_lab.core.inputs import check_dir, pydantic_input_error
 from offload_lab.quality import EXPERIMENT, SIDE_EXPERIMENT, data, humaneval, paired, subsets
@@ -24,8 +25,9 @@ def parse_max_tokens(text: str | None) -> dict[str, int]:
         return {}
     def count(value: str) -> int:
         # ASCII digits only (str.isdigit takes '²' and Arabic digits), and at least one token.
-        if not (value.isascii() and value.isdigit() and int(value) >= 1):
-            raise InputError(f"--max-tokens {text!r}: use N or BENCH=N[,BENCH=N] with N a whole number of at least 1 "
+        if not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_TOKENS):
+            raise InputError(f"--max-tokens {text!r}: use N or BENCH=N[,BENCH=N] with N a whole number from 1 to "
+                             f"{MAX_TOKENS:,} "
                              f"and BENCH in {', '.join(data.BENCHMARKS)}")
         return int(value)
 
@@ -66,7 +68,7 @@ def _check_run_inputs(args: argparse.Namespace) -> None:
     that does not answer."""
     runs.check_name("--label", args.label)
     runs.check_name("--campaign", args.campaign)
-    check_dir(args.data_dir, "--data-dir")
+    check_dir(args.data_dir, "--data-dir", write=True)
     if args.datasets is not None and not Path(args.datasets).is_dir():
         raise InputError(f"--datasets {args.datasets}: no such directory (it would hold gsm8k/test.jsonl and "
                          "ifeval/input_data.jsonl); leave --datasets out to read the copies offload-lab ships")

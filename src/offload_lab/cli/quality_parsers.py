@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_float, positive_int
+from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_float, positive_int, seconds
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
@@ -109,8 +109,8 @@ def add_parsers(sub: Any) -> None:
     qr.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight at once (default 4)")
     qr.add_argument("--retries", type=nonneg_int, default=3,
                     help="retries of connection errors, timeouts and 408/429/5xx answers (default 3)")
-    qr.add_argument("--timeout", type=positive_float, default=600.0, help="seconds one request may take (default 600)")
-    qr.add_argument("--exec-timeout", type=positive_float, default=10.0,
+    qr.add_argument("--timeout", type=seconds, default=600.0, help="seconds one request may take (default 600)")
+    qr.add_argument("--exec-timeout", type=seconds, default=10.0,
                     help="seconds a HumanEval program may run (default 10; a timeout is retried once with twice)")
     qr.add_argument("--on-canary-failure", choices=("stop", "continue"), default="stop",
                     help="stop: skip the items of an invalid side (default); continue: send them and keep the "
@@ -167,5 +167,5 @@ def add_parsers(sub: Any) -> None:
     qk = qsub.add_parser("selfcheck", help="check the HumanEval scorer: canonical solutions pass, empty ones fail",
                          description="Run the 164 canonical solutions (all must pass) and 164 empty completions "
                                      "(none may pass) in subprocesses, in parallel; exit 2 when either fails.")
-    qk.add_argument("--exec-timeout", type=positive_float, default=10.0, help="seconds per program (default 10)")
+    qk.add_argument("--exec-timeout", type=seconds, default=10.0, help="seconds per program (default 10)")
     finish_parser(qk, cmd_quality_selfcheck, json_help="print JSON")

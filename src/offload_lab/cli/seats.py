@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from offload_lab.cli.common import finite_float, int_at_least, positive_float, positive_int, probability
+from offload_lab.cli.common import finite_float, int_at_least, positive_int, price, probability, token_rate
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
@@ -91,17 +91,17 @@ def add_parsers(sub: Any) -> None:
                       help="chance a developer is generating at a moment of the window, e.g. 0.071")
     qsrc.add_argument("--profile", help="usage profile YAML or ccusage JSON export to compute q from (needs "
                                         "--stream-tok-s)")
-    pcap.add_argument("--stream-tok-s", type=positive_float, default=None,
+    pcap.add_argument("--stream-tok-s", type=token_rate, default=None,
                       help="with --profile: output tokens/s per stream to time the profile's tokens at (the bar)")
-    pcap.add_argument("--prefill-tok-s", type=positive_float, default=None,
+    pcap.add_argument("--prefill-tok-s", type=token_rate, default=None,
                       help="with --profile: prefill tokens/s for its new input tokens (needed when it has some)")
     pcap.add_argument("--streams-per-pod", type=positive_int, required=True, help="streams one pod serves at the bar")
     pcap.add_argument("--alpha", type=finite_float(0, 1, low_open=True, high_open=True), required=True,
                       help="accepted chance that more developers generate at once than there are streams, e.g. 0.01")
     pcap.add_argument("--team", type=int_at_least(1, MAX_TEAM), required=True,
                       help="developers in the team to size and cost")
-    pcap.add_argument("--pod-eur-per-hour", type=positive_float, required=True, help="pod price, EUR an hour")
-    pcap.add_argument("--seat-eur-per-month", type=positive_float, required=True,
+    pcap.add_argument("--pod-eur-per-hour", type=price, required=True, help="pod price, EUR an hour")
+    pcap.add_argument("--seat-eur-per-month", type=price, required=True,
                       help="subscription, EUR a seat a month")
     pcap.add_argument("--hours-per-month", type=finite_float(0, 744, low_open=True), default=None,
                       help="hours a pod is billed a month (default 730 = 24 x 365 / 12, run day and night)")
@@ -125,7 +125,7 @@ def add_parsers(sub: Any) -> None:
                            "default 8)")
     ppro.add_argument("--sessions", type=positive_int, default=None,
                       help="for a ccusage daily export: sessions in the period (default: one a day)")
-    ppro.add_argument("--stream-tok-s", type=positive_float, required=True, help="output tokens/s per stream, e.g. 40")
-    ppro.add_argument("--prefill-tok-s", type=positive_float, default=None,
+    ppro.add_argument("--stream-tok-s", type=token_rate, required=True, help="output tokens/s per stream, e.g. 40")
+    ppro.add_argument("--prefill-tok-s", type=token_rate, default=None,
                       help="prefill tokens/s for new input tokens (needed when the profile has some)")
     finish_parser(ppro, cmd_profile, json_help="print JSON")

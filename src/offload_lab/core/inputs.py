@@ -9,6 +9,7 @@ missing file, a directory, one non-UTF-8 byte, a 200,000-deep array, a YAML alia
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -16,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import check_output, kind_of, require_file
 
 CONFIG_MAX_BYTES = 4 * 2**20    # stack, campaign, profile files: a few kB in practice (the largest is 21 kB)
 DATA_MAX_BYTES = 256 * 2**20    # plans, routing counts, manifests
@@ -25,11 +27,9 @@ MAX_PROBLEMS = 20               # lines printed for repeated problems; the rest 
 
 def read_bytes(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES) -> bytes:
     """The file's bytes; InputError naming ``what path`` when it is missing, a directory, unreadable or too big."""
-    p = Path(path)
+    p = require_file(path, what)  # a directory, a FIFO, a device: named for what it is, and never opened
     try:
         size = p.stat().st_size
-        if p.is_dir():
-            raise InputError(f"{what} {p}: is a directory; give a file")
         if size > max_bytes:
             raise InputError(f"{what} {p}: {size:,} bytes is more than the {max_bytes:,} this reader accepts; "
                              "is it the right file?")
@@ -65,7 +65,25 @@ def _parse(parse: Any, text: str, path: Path | str, what: str, errors: tuple[typ
         raise InputError(f"{what} {path}: nested too deeply to be a {what}") from e
 
 
-def parse_json(text: str, path: Path | str, what: str) -> Any:
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth_at_most(text: str, limit: int) -> bool:
+    """Whether the JSON text nests arrays and objects at most ``limit`` deep, found without recursion (a parser's
+    recursion on 50,000 open brackets is what this guards against) and stopping at the first bracket too deep."""
+    depth = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > limit:
+            return False
+    return True
+
+
+def parse_json(text: str, path: Path | str, what: str, max_depth: int | None = None) -> Any:
+    """JSON text; with ``max_depth``, a document nested deeper than its format allows is refused before parsing."""
+    if max_depth is not None and not json_depth_at_most(text, max_depth):
+        raise InputError(f"{what} {path}: nested more than {max_depth} deep, which no {what} is")
     return _parse(json.loads, text, path, what, (json.JSONDecodeError,),
                   lambda e: f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})")
 
@@ -106,6 +124,25 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc, valid-type]
             raise yaml.YAMLError(f"more than {YAML_MAX_NODES:,} values once aliases are expanded; refused as a "
                                  "YAML bomb")
         return super().construct_document(node)
+
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # A key given twice is refused: PyYAML keeps the last, so a second `experiments:` would silently replace the
+        # first list (and the error, if any, would blame one of its fields).
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names a key twice."""
 
 
 def parse_yaml(text: str, path: Path | str, what: str) -> Any:
@@ -160,32 +197,27 @@ def summarize(problems: Iterable[str], limit: int = MAX_PROBLEMS) -> list[str]:
 
 
 def check_out(path: Path | str, force: bool, flag: str = "--out", kind: str = "file") -> Path:
-    """Refuse to overwrite: an existing ``--out`` file (or non-empty directory, ``kind="dir"``) needs ``--force``.
+    """Refuse to overwrite: an existing ``--out`` file (or non-empty directory, ``kind="dir"``) needs ``--force``;
+    and refuse a place nothing can be written (:func:`offload_lab.core.places.check_output`).
 
     Call it before any work, so that a refusal costs nothing. Returns the path.
     """
-    p = Path(path)
-    if kind == "file":
-        if p.is_dir():
-            raise InputError(f"{flag} {p}: is a directory; give a file name")
-        if p.exists() and not force:
-            raise InputError(f"{flag} {p} exists; pass --force to replace it, or choose another name")
-        if p.parent != Path("") and p.parent.exists() and not p.parent.is_dir():
-            raise InputError(f"{flag} {p}: {p.parent} is not a directory")
-    else:
-        if p.exists() and not p.is_dir():
-            raise InputError(f"{flag} {p}: is a file, not a directory")
-        if p.is_dir() and any(p.iterdir()) and not force:
-            raise InputError(f"{flag} {p} is a directory that is not empty; pass --force to write into it, or "
-                             "choose another")
+    p = check_output(path, flag, kind, force=force)
+    if kind == "dir" and p.is_dir() and any(p.iterdir()) and not force:
+        raise InputError(f"{flag} {p} is a directory that is not empty; pass --force to write into it, or "
+                         "choose another")
     return p
 
 
-def check_dir(path: Path | str, flag: str, must_exist: bool = False) -> Path:
-    """A directory flag (``--data-dir``): a file there is refused; a missing one is refused when ``must_exist``."""
+def check_dir(path: Path | str, flag: str, must_exist: bool = False, write: bool = False) -> Path:
+    """A directory flag (``--data-dir``): a file there is refused; a missing one is refused when ``must_exist``;
+    with ``write``, a place nothing can be written is refused too (:func:`offload_lab.core.places.check_output`)."""
+    if write:
+        return check_output(path, flag, "dir")
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise InputError(f"{flag} {p}: is a file, not a directory")
-    if must_exist and not p.exists():
+    kind = kind_of(p)
+    if kind is not None and not kind.endswith("a directory"):
+        raise InputError(f"{flag} {p}: is {kind}, not a directory")
+    if must_exist and kind is None:
         raise InputError(f"{flag} {p}: no such directory")
     return p

@@ -4,9 +4,11 @@ A notebook started by Jupyter or nbconvert runs in ``notebooks/``; papermill and
 Quarto's hooks run wherever Quarto was started. Every one of them must find the same ``configs/`` and write into the
 same ``data/``, so the roots are found here and nowhere else:
 
-* the repository root: ``$OFFLOAD_LAB_ROOT``, else the nearest directory up from the start (the working directory by
-  default) that holds ``pyproject.toml`` and ``configs/``, else the checkout this package was installed from
-  (an editable install), else the working directory;
+* the repository root: ``$OFFLOAD_LAB_ROOT`` when someone sets it, else the nearest directory up from the start (the
+  working directory by default) that holds ``pyproject.toml`` and ``configs/``, else the checkout this package was
+  installed from (an editable install), else the working directory. The notebook kernel sets no root of its own (the
+  Makefile bakes no path into its spec): Jupyter starts it in the notebook's folder and papermill in the campaign's
+  root, so a moved or second checkout finds itself and writes into its own ``data/``;
 * the data root: an explicit path (relative ones are taken from the repository root, so ``data`` means the
   repository's ``data/`` whether a notebook runs from the root or from ``notebooks/``), else ``$OFFLOAD_LAB_DATA_ROOT``,
   else ``<root>/data``.

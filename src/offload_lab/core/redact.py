@@ -8,14 +8,23 @@ and secret query values with ``***``. :func:`redact_text` does the same for ever
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 # Names of environment variables, flags and query keys whose values are secrets.
 SECRET_NAME = re.compile(r"(key|token|secret|passw(or)?d|credential|auth(?!or))", re.IGNORECASE)
-# Flags whose next argument (or `=value`) is a secret, as vLLM and OpenAI clients spell them.
+# Words that make a name secret when they stand alone in it (GH_PAT, --api_key, --password, x-auth-token): a name is
+# split at '-', '_', '.' and camelCase humps. Whole words, so that --max-num-batched-tokens is not a secret.
+SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "pwd", "pass", "passphrase",
+                          "pat", "credential", "credentials", "auth", "authorization", "bearer", "cookie",
+                          "accesskey", "privatekey", "signature"})
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+# Flags whose next argument (or `=value`) is a secret, as vLLM and OpenAI clients spell them; any flag whose name
+# holds a secret word counts too (:func:`is_secret_flag`).
 SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
 # A URL inside free text: scheme, then anything up to whitespace, a quote or a bracket.
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
@@ -36,8 +45,8 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(SECRET_NAME.search(k) for k, _ in pairs):
-            query = urlencode([(k, MASK if SECRET_NAME.search(k) else v) for k, v in pairs], safe="*")
+        if any(looks_secret(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if looks_secret(k) else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -58,7 +67,7 @@ def redact_args(args: list[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, _ = a.partition("=")
-        if flag in SECRET_FLAGS:
+        if is_secret_flag(flag):
             out.append(f"{flag}={MASK}" if eq else a)
             hide_next = not eq
             continue
@@ -78,6 +87,47 @@ def redact_record(obj: Any) -> Any:
     return obj
 
 
+def name_words(name: str) -> list[str]:
+    return [w.lower() for w in _WORD_SPLIT.split(name) if w]
+
+
+# A URL's credentials reach a notebook through the kernel's environment, never through its parameters: papermill
+# writes parameters into the output notebook (the injected cell and its metadata), which is data.
+SERVER_URL_ENV = "OFFLOAD_LAB_SERVER_URL"
+
+
+@contextlib.contextmanager
+def url_outside_parameters(url: str | None) -> Iterator[str | None]:
+    """The form of ``url`` to pass as a notebook parameter (redacted); meanwhile the whole URL is in
+    :data:`SERVER_URL_ENV`, where :func:`url_with_credentials` finds it in the kernel."""
+    if not url or redact_url(url) == url:
+        yield url
+        return
+    before = os.environ.get(SERVER_URL_ENV)
+    os.environ[SERVER_URL_ENV] = url
+    try:
+        yield redact_url(url)
+    finally:
+        if before is None:
+            os.environ.pop(SERVER_URL_ENV, None)
+        else:
+            os.environ[SERVER_URL_ENV] = before
+
+
+def url_with_credentials(shown: str | None) -> str | None:
+    """The URL a notebook was given in redacted form, with its credentials back from :data:`SERVER_URL_ENV`."""
+    full = os.environ.get(SERVER_URL_ENV)
+    if shown and full and MASK in shown and redact_url(full) == shown:
+        return full
+    return shown
+
+
 def looks_secret(name: str) -> bool:
     """Whether an environment variable's (or field's) name says its value is a secret."""
-    return bool(SECRET_NAME.search(name))
+    return bool(SECRET_NAME.search(name)) or any(w in SECRET_WORDS for w in name_words(name))
+
+
+def is_secret_flag(arg: str) -> bool:
+    """Whether a command-line flag (``--api_key``, ``--password=x``) takes a secret."""
+    flag = arg.split("=", 1)[0]
+    return flag in SECRET_FLAGS or (flag.startswith("-") and any(w in SECRET_WORDS for w in name_words(flag)))

@@ -26,6 +26,7 @@ import orjson
 from offload_lab.core import signals
 from offload_lab.core.errors import InputError
 from offload_lab.core.inputs import DATA_MAX_BYTES, check_dir, decode_utf8, read_json
+from offload_lab.core.paths import DATA_DIR
 from offload_lab.core.procs import process_gone, process_identity
 from offload_lab.core.redact import redact_record
 
@@ -37,7 +38,7 @@ OUTCOMES = ("running", "ok", "failed", "stopped")
 ABANDONED = "abandoned"
 CORRUPT = "corrupt"
 # Paths the dirty check of the code ignores: a run's own writes land in data/ and must not make the code look dirty.
-DATA_PATHS = ("data",)
+DATA_PATHS = (DATA_DIR,)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -258,7 +259,7 @@ def new_run(
     check_name("experiment", experiment)
     run_id = run_id or new_run_id()
     check_name("run id", run_id)
-    check_dir(data_root, "data root (--data-dir)")
+    check_dir(data_root, "data root (--data-dir)", write=True)
     path = Path(data_root) / campaign / experiment / run_id
     path.parent.mkdir(parents=True, exist_ok=True)
     try:

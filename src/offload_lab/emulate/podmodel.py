@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import kind_of
 
 # z of the 5th percentile of a normal: p5 = median * exp(-1.645 sigma) for a log-normal rate.
 Z_P5 = 1.6449
@@ -201,7 +202,7 @@ def _interp(x: float, xs: list[float], ys: list[float], extrapolate: bool = Fals
 
 def load_pod_model(path: Path | str) -> PodModel:
     path = Path(path)
-    if not path.is_file():
+    if kind_of(path) is None:  # anything else there is named for what it is by read_yaml
         raise InputError(f"pod model {path} does not exist; the published one is configs/pods/study-published.yaml")
     data = inputs.read_yaml(path, "pod model")
     try:

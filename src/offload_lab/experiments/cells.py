@@ -14,9 +14,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
+from offload_lab.core import inputs, paths
 from offload_lab.experiments.notebook import HAND_CAMPAIGN, kind_of_notebook, notebook_of, params_model
 
 CAMPAIGNS_FOR_DEFAULTS = ("configs/campaigns/embedded.yaml", "configs/campaigns/embedded-repeat.yaml",
@@ -31,6 +31,8 @@ def type_text(annotation: Any) -> str:
     """A type annotation a notebook can evaluate without imports: models and mappings become ``dict``."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a bounded number (core.bounds): the type it bounds
+        return type_text(args[0])
     if annotation is type(None):
         return "None"
     if origin in (typing.Union, types.UnionType):
@@ -53,7 +55,7 @@ def type_text(annotation: Any) -> str:
 def campaign_values(root: Path, kind: str) -> tuple[dict[str, Any], str, bool]:
     """The parameters the first campaign in :data:`CAMPAIGNS_FOR_DEFAULTS` that runs ``kind`` gives it."""
     for rel in CAMPAIGNS_FOR_DEFAULTS:
-        data = yaml.safe_load((root / rel).read_text(encoding="utf-8"))
+        data = inputs.read_yaml(root / rel, "campaign file")
         for e in data.get("experiments") or []:
             if kind_of_notebook(e.get("notebook", "")) == kind:
                 return dict(e.get("parameters") or {}), rel, bool(e.get("needs_server", True))
@@ -72,7 +74,7 @@ def parameters_cell(root: Path, kind: str) -> str:
     lines = [HEADER.format(kind=kind, source=source), "from typing import Optional", ""]
     url = SERVER_URL if needs_server else None
     lines += [f"base_url: Optional[str] = {_literal(url)}", "run_dir: Optional[str] = None",
-              f"campaign: str = {_literal(HAND_CAMPAIGN)}", f"data_root: str = {_literal('data')}"]
+              f"campaign: str = {_literal(HAND_CAMPAIGN)}", f"data_root: str = {_literal(paths.DATA_DIR)}"]
     for name, field in model.model_fields.items():
         if name in given:
             value = given[name]

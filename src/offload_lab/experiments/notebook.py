@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 from pydantic import BaseModel, ValidationError
 
 from offload_lab.core import paths, runs
+from offload_lab.core.redact import url_with_credentials
 from offload_lab.core.errors import InputError
 
 # Parameters the campaign runner fills in itself; every experiment notebook declares them.
@@ -82,14 +83,43 @@ def kind_of_notebook(notebook: str | Path) -> str:
     return Path(notebook).stem
 
 
-def validate_params(kind: str, values: Mapping[str, Any], where: str) -> BaseModel:
-    """Build the experiment's parameters; an InputError names ``where`` and every field that is wrong."""
+def validate_params(kind: str, values: Mapping[str, Any], where: str, strict: bool = False) -> BaseModel:
+    """Build the experiment's parameters; an InputError names ``where`` and every field that is wrong. ``strict``
+    (a campaign file's values): no coercion, so `repeats: true` or `output_tokens: "64"` is refused, not read as 1
+    or 64."""
     model = params_model(kind)
+    values = dict(values)
     try:
-        return model.model_validate(dict(values))
+        try:
+            return model.model_validate(values, strict=strict)
+        except ValidationError as first:
+            # Not strict (a notebook's parameters): a text where the field wants a list, a mapping or a number is
+            # read as YAML (JSON included) first: papermill's `-p context_lengths "[256, 1024]"` passes the text.
+            read = values if strict else _read_texts(values, first)
+            if read == values:
+                raise
+            return model.model_validate(read)
     except ValidationError as e:
         details = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(all)'}: {err['msg']}" for err in e.errors())
         raise InputError(f"{where}: parameters of experiment {kind} are not valid: {details}") from e
+
+
+def _read_texts(values: dict[str, Any], error: ValidationError) -> dict[str, Any]:
+    """``values`` with each text a field refused read as YAML, where it reads as something other than text."""
+    import yaml
+
+    out = dict(values)
+    for err in error.errors():
+        name = err["loc"][0] if err["loc"] else None
+        if not isinstance(name, str) or not isinstance(values.get(name), str):
+            continue
+        try:
+            parsed = yaml.safe_load(values[name])
+        except yaml.YAMLError:
+            continue
+        if not isinstance(parsed, str):
+            out[name] = parsed
+    return out
 
 
 def injected_names(namespace: Mapping[str, Any]) -> set[str]:
@@ -126,6 +156,7 @@ def _record_notebook(root: Path, kind: str) -> dict[str, Any]:
 
 def start(kind: str, namespace: Mapping[str, Any]) -> NotebookRun:
     """Check the parameters in ``namespace`` (a notebook's ``globals()``) and open or join the run."""
+    _short_errors()
     root = paths.find_root()
     os.chdir(root)
     check_injected(kind, namespace)
@@ -134,14 +165,56 @@ def start(kind: str, namespace: Mapping[str, Any]) -> NotebookRun:
     campaign = str(namespace.get("campaign") or HAND_CAMPAIGN)
     data_root = paths.data_root(namespace.get("data_root"), root)
     run_dir = namespace.get("run_dir")
+    # A campaign passes the URL redacted and its credentials in the kernel's environment (core.redact).
+    base_url = url_with_credentials(namespace.get("base_url"))
     if run_dir:
-        return NotebookRun(kind, runs.attach_run(run_dir), params, namespace.get("base_url"), campaign, data_root,
-                           owned=False)
+        return NotebookRun(kind, runs.attach_run(run_dir), params, base_url, campaign, data_root, owned=False)
     from offload_lab.core.environment import capture_environment
 
+    server = _hand_server(base_url)
     run = runs.new_run(data_root, campaign, kind, params.model_dump(mode="json"), environment=capture_environment(),
-                       notebook=_record_notebook(root, kind), hand_run=True)
-    return NotebookRun(kind, run, params, namespace.get("base_url"), campaign, data_root, owned=True)
+                       notebook=_record_notebook(root, kind), hand_run=True, server=server)
+    return NotebookRun(kind, run, params, base_url, campaign, data_root, owned=True)
+
+
+def _short_errors() -> None:
+    """In IPython, a wrong parameter or a server that does not answer (InputError, ServerError: their message says
+    what to do) shows as its one line, not a traceback through the library; papermill's error says the same line."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from offload_lab.core.errors import ServerError
+
+    def one_line(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+        line = f"{etype.__name__}: {value}"
+        self._showtraceback(etype, value, [line])  # IPython's documented way to show a custom traceback
+        return [line]
+
+    shell.set_custom_exc((InputError, ServerError), one_line)
+
+
+def _hand_server(base_url: Any) -> dict[str, Any] | None:
+    """The server a hand run measures, as its manifest records it (the URL redacted), after checking that it answers:
+    the message names papermill's parameter, since a notebook has no --url."""
+    if not base_url:
+        return None
+    from offload_lab.core.errors import ServerError
+    from offload_lab.core.redact import redact_url
+    from offload_lab.load.endpoint import Endpoint
+
+    endpoint = Endpoint.of(str(base_url))
+    try:
+        models = endpoint.check_reachable().get("data") or []
+    except ServerError as e:
+        first = str(e).split("; start one with")[0]
+        raise ServerError(f"{first}; start one with `offload-lab serve --stack configs/stacks/embedded.yaml`, then "
+                          "give the notebook its URL: `-p base_url http://127.0.0.1:PORT` with papermill, or "
+                          "base_url in the parameters cell in Jupyter") from None
+    return {"url": redact_url(str(base_url)), "model": models[0].get("id") if models else None, "by": "hand run"}
 
 
 @contextlib.contextmanager
@@ -152,4 +225,118 @@ def running(kind: str, namespace: Mapping[str, Any],
     nr = start(kind, namespace)
     with runs.finishing_if_owned(nr.run, nr.owned, stopped=stopped):
         yield nr
+        # Before the run is finished: figures drawn here go into its manifest like the rest of its files.
+        show_figures(run_figures(nr))
     print("run directory:", nr.run.path)
+
+
+FIGURES_DIR = "figures"
+IMAGE_SUFFIXES = (".png", ".svg")
+
+
+def run_figures(nr: NotebookRun) -> list[Path | Any]:
+    """The figures to show at the end of a run: the images it drew into ``figures/`` (the paper's own, drawn by
+    :func:`offload_lab.paper.figures.draw_run_figures`), else the paper's figures of this experiment drawn now when the
+    run holds their files, else one picture of its first table that has something to draw (the explore notebook's
+    :func:`~offload_lab.paper.explore_plots.plot_generic`, shown only: the paper does not know it)."""
+    drawn = _images(nr.run.path / FIGURES_DIR)
+    if drawn:
+        return drawn
+    from offload_lab.paper import figures
+    from offload_lab.paper.discovery import figure_registry
+
+    own = {name: d for name, d in figure_registry().items()
+           if d.experiment == nr.kind and d.experiments == (nr.kind,)
+           and all((nr.run.path / f).is_file() for f in d.files)}
+    if own:
+        figures.draw_run_figures(nr.run.path, nr.kind, registry=own)
+        return _images(nr.run.path / FIGURES_DIR)
+    try:
+        fig = _table_picture(nr.run.path, nr.kind)
+    except Exception as e:  # a picture for the eye only: its failure must not fail what was measured
+        print(f"no picture of {nr.kind}'s tables ({type(e).__name__}: {e})")
+        return []
+    return [] if fig is None else [fig]
+
+
+def _images(folder: Path) -> list[Path | Any]:
+    """One image per figure (its PNG when it was also written as SVG or PDF), in name order."""
+    if not folder.is_dir():
+        return []
+    by_stem: dict[str, Path] = {}
+    for p in sorted(folder.iterdir()):
+        if p.suffix in IMAGE_SUFFIXES and (p.stem not in by_stem or p.suffix == ".png"):
+            by_stem[p.stem] = p
+    return [by_stem[k] for k in sorted(by_stem)]
+
+
+def _table_picture(run_dir: Path, kind: str) -> Any | None:
+    import pandas as pd
+
+    from offload_lab.paper import explore_plots
+
+    # Shallow tables first, and a summary before the detail beside it.
+    tables = sorted(run_dir.rglob("*.csv"), key=lambda p: (len(p.relative_to(run_dir).parts), p.stem != "summary",
+                                                          str(p)))
+    for path in tables:
+        try:
+            frame = pd.read_csv(path)
+        except (ValueError, OSError):  # an empty or odd table: try the next
+            continue
+        if "experiment" not in frame.columns:  # plot_generic groups a campaign's tables by it
+            frame = frame.assign(experiment=kind)
+        frame = frame.drop(columns=[c for c in frame.columns if c in _COUNTERS])  # numbers, not measures
+        fig = explore_plots.plot_generic(frame, str, title=f"{kind}: {path.relative_to(run_dir)}")
+        if fig is not None:
+            return fig
+    return _latency_picture(run_dir, kind)
+
+
+_COUNTERS = ("replicate", "repeat", "item_id", "item", "index", "seed", "row")
+
+
+def _latency_picture(run_dir: Path, kind: str) -> Any | None:
+    """Histograms of time to first token and time per output token over the run's ok requests (its events.jsonl
+    files), for a run whose tables have too few rows to draw."""
+    from offload_lab.paper import explore_plots
+
+    events = [e for p in sorted(run_dir.rglob("events.jsonl")) for e in runs.read_events(p)
+              if e.get("kind") == "request" and e.get("ok")]
+    columns = [(key, label) for key, label in (("ttft_s", "time to first token (s)"),
+                                               ("tpot_ms", "time per output token (ms)"))
+               if any(isinstance(e.get(key), (int, float)) for e in events)]
+    if not columns:
+        return None
+    fig, axes = explore_plots.new_figure(7.0, 2.6, ncols=len(columns))
+    for ax, (key, label) in zip(axes, columns):
+        values = [e[key] for e in events if isinstance(e.get(key), (int, float))]
+        ax.hist(values, bins=min(30, max(5, len(values) // 2)), color=explore_plots.COLORS[0])
+        ax.set_xlabel(label)
+        ax.set_ylabel("requests")
+    axes[0].set_title(f"{kind}: {len(events)} ok requests", fontsize=9, loc="left")
+    return fig
+
+
+def show_figures(items: Any) -> None:
+    """Show figures inline in a notebook: image files (PNG, SVG) and matplotlib figures; returns nothing, so a cell
+    ending with it prints no list of paths. Outside IPython it does nothing."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import SVG, Image, display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    for item in items or []:
+        if isinstance(item, (str, Path)):
+            path = Path(item)
+            display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
+        elif hasattr(item, "savefig"):
+            # A Figure made outside pyplot has no inline display of its own: show it as a PNG.
+            import io
+
+            buf = io.BytesIO()
+            item.savefig(buf, format="png", dpi=110)
+            display(Image(data=buf.getvalue(), format="png"))
+        else:
+            display(item)

@@ -40,6 +40,7 @@ from typing import Any
 
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import require_file, special_root
 from offload_lab.fit.classify import (CATEGORIES, DEFAULT_ENGRAM_PATTERN, EXL3_COMPONENTS, RULESETS, Classification,
                                       Classified, Rule, classify, config_int, config_levels, detect_architecture,
                                       summary, tensor_table)
@@ -77,14 +78,14 @@ def _read_json_file(path: Path, what: str = "checkpoint file") -> Any:
 def read_local(path: Path, workers: int = 8) -> Checkpoint:
     path = Path(path)
     t0 = time.monotonic()
-    if path.is_file():
+    if path.is_file() and special_root(path) is None:
         shard = read_local_header(path)
         config = _optional_json(path.parent / CONFIG_NAME)
         return Checkpoint(source=str(path), kind="file", shards=[shard], config=config,
                           seconds=time.monotonic() - t0)
     if not path.is_dir():
-        raise InputError(f"checkpoint {path} does not exist (give a directory, a .safetensors file, a URL or "
-                         "hf://owner/name@revision)")
+        # Missing, or a FIFO, a device, a broken link: named for what it is (and never opened).
+        require_file(path, "checkpoint", "give a directory, a .safetensors file, a URL or hf://owner/name@revision")
     index_path = path / INDEX_NAME
     weight_map: dict[str, str] | None = None
     if index_path.is_file():

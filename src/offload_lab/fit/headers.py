@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -132,11 +133,24 @@ class Checkpoint:
 # Header parsing
 
 
+HEADER_MAX_DEPTH = 3
+
+
 def parse_header(raw: bytes, file: str, file_bytes: int | None = None) -> tuple[dict[str, str], tuple[Tensor, ...]]:
     """Parse the JSON header (without its 8-byte length) of one file; errors name the file and the tensor."""
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{file}: the safetensors header is not valid UTF-8 JSON ({e}); not a safetensors file?") from e
+    # An object of tensors, each an object holding two lists: three levels; __metadata__ is flat. Checked before
+    # parsing, so a header of 50,000 open brackets is refused without recursing.
+    if not inputs.json_depth_at_most(text, HEADER_MAX_DEPTH):
+        raise InputError(f"{file}: the safetensors header nests more than {HEADER_MAX_DEPTH} levels deep, which no "
+                         "safetensors header does; not a safetensors file?")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
         raise InputError(
             f"{file}: the safetensors header is not valid UTF-8 JSON ({e}); not a safetensors file?") from e
     if not isinstance(obj, dict):

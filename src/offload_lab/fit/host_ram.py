@@ -50,28 +50,51 @@ def pinned_size(n: int, rounding: bool = True, max_round_bytes: int | None = Non
 
 def pinned_blocks(model: MemoryModel, host: HostSet, granularity: Granularity = "layer-tensor") -> list[list[int]]:
     """Bytes of each pinned allocation, per rank, for a plan's host set."""
+    return [[b for _, b in blocks] for blocks in labelled_blocks(model, host, granularity)]
+
+
+def labelled_blocks(model: MemoryModel, host: HostSet, granularity: Granularity = "layer-tensor"
+                    ) -> list[list[tuple[str, int]]]:
+    """(category, bytes) of each pinned allocation, per rank: routed experts, and each whole host tensor under its
+    category (engram, embedding, ...)."""
     if granularity not in GRANULARITIES:
         raise InputError(f"--pinned-granularity {granularity!r}: known: {', '.join(GRANULARITIES)}")
     mask = model.host_mask(host)
     rb = model.experts.rank_bytes  # [n, tp]
     layers = np.array([layer for layer, _ in model.experts.keys])
-    ranks: list[list[int]] = []
+    ranks: list[list[tuple[str, int]]] = []
     for r in range(model.par.tp):
-        blocks: list[int] = []
+        blocks: list[tuple[str, int]] = []
         for layer in sorted(set(layers[mask].tolist())):
             sel = mask & (layers == layer) & (rb[:, r] > 0)
             if granularity == "expert":
-                blocks += [int(round(b)) for b in rb[sel, r]]
+                blocks += [("routed_expert", int(round(b))) for b in rb[sel, r]]
                 continue
             total = float(rb[sel, r].sum())
             if total:
-                blocks += [int(round(total * W13_SHARE)), int(round(total * (1 - W13_SHARE)))]
+                blocks += [("routed_expert", int(round(total * W13_SHARE))),
+                           ("routed_expert", int(round(total * (1 - W13_SHARE))))]
         for name in sorted(host.tensors):
-            _, vec = model.tensor_rank_bytes[name]
+            category, vec = model.tensor_rank_bytes[name]
             if vec[r] > 0:
-                blocks.append(int(math.ceil(vec[r])))
+                blocks.append((category, int(math.ceil(vec[r]))))
         ranks.append(blocks)
     return ranks
+
+
+def by_category(model: MemoryModel, host: HostSet, granularity: Granularity = "layer-tensor",
+                max_round_mib: float | None = None) -> dict[str, dict[str, float]]:
+    """Per host category, over every rank: blocks, exact GiB and GiB with power-of-two rounding, so that a plan's
+    host RAM is counted for everything it moves (experts, Engram tables, embedding), not its experts alone."""
+    threshold = None if max_round_mib is None else int(max_round_mib * 2**20)
+    out: dict[str, dict[str, float]] = {}
+    for blocks in labelled_blocks(model, host, granularity):
+        for category, b in blocks:
+            row = out.setdefault(category, {"blocks": 0, "exact_gib": 0.0, "rounded_gib": 0.0})
+            row["blocks"] += 1
+            row["exact_gib"] += b / GiB
+            row["rounded_gib"] += pinned_size(b, True, threshold) / GiB
+    return out
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from offload_lab.core import runs
+from offload_lab.core import progress, runs
 from offload_lab.load import metrics as server_metrics
 from offload_lab.load import workers as workers_mod
 from offload_lab.load.endpoint import Endpoint
@@ -176,8 +176,13 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
     result = LevelResult(streams=n)
     stop.begin_level(n)
     halt = {"now": False}
+    # How many of the level's requests have ended, for the campaign's display (core.progress); closed loop only.
+    planned = n * work.requests_per_stream if configs is None else 0
+    ended = progress.counting(f"level {n} streams", planned, "requests") if planned else None
 
     def report(ok: bool) -> bool:
+        if ended is not None and ended.done < planned:
+            ended.add()
         if stop.record(ok):
             halt["now"] = True
         return halt["now"]

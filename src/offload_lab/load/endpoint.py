@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import aiohttp
 import httpx
 
 from offload_lab.core.errors import InputError, ServerError
-from offload_lab.core.redact import redact_text, redact_url
+from offload_lab.core.redact import looks_secret, redact_text, redact_url
 
 # A queued long prefill can take minutes (vLLM's own benchmark allows hours); a connection that cannot be made fails
 # fast instead.
@@ -49,6 +49,19 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", _checked(self.base_url))
+        # A key in the query (?api_key=...) goes into the Authorization header and out of the URL: paths are joined
+        # onto the base URL, and a query would be sent in every request's path, which servers write into their
+        # access logs.
+        parts = urlsplit(self.base_url)
+        if parts.query or parts.fragment:
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
+            keys = [v for k, v in pairs if looks_secret(k)]
+            if len(keys) != len(pairs) or len(keys) > 1 or parts.fragment:
+                raise InputError(f"server URL {redact_url(self.base_url)!r} holds a query or fragment other than one "
+                                 "key; give the base URL only, e.g. http://127.0.0.1:8000")
+            if keys and "Authorization" not in self.headers:
+                self.headers["Authorization"] = f"Bearer {keys[0]}"
+            object.__setattr__(self, "base_url", urlunsplit(parts._replace(query="", fragment="")).rstrip("/"))
 
     @classmethod
     def of(cls, target: Endpoint | str) -> Endpoint:

@@ -156,7 +156,9 @@ _CSS_CONTENT = re.compile(r"content\s*:\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 _BLOCKS = {"p", "div", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "td", "th", "figcaption", "br", "section",
            "header", "table", "ul", "ol", "blockquote", "pre", "figure", "title", "nav", "text", "tspan", "desc"}
-SKIP, NOCHECK, CITE = "skip", "nocheck", "cite"  # contexts; "claim:NAME" is the fourth
+SKIP, NOCHECK, CITE, ATTRIBUTE = "skip", "nocheck", "cite", "attribute"  # contexts; "claim:NAME" is the fifth
+# Attributes whose text a reader sees: alternative text, tooltips, labels.
+TEXT_ATTRIBUTES = ("alt", "title", "aria-label", "aria-description", "placeholder", "summary", "label")
 
 
 def _data_uri(uri: str, mime: str) -> str | None:
@@ -181,12 +183,28 @@ class _HTMLText(html.parser.HTMLParser):
         self.css: list[str] = []
         self.images: list[str] = []  # SVG documents embedded as data: URIs
         self._stack: list[tuple[str, str | None]] = []
+        self.captions: set[str] = set()  # the text of every <figcaption>, whitespace normalized
+        self._caption_starts: list[int] = []
 
     def _ctx(self) -> str | None:
         return self._stack[-1][1] if self._stack else None
 
+    def _attribute_text(self, tag: str, a: dict[str, str], ctx: str | None) -> None:
+        # Alt text, tooltips (title=), labels: a reader sees them, so they are text like any other, each a line of
+        # its own. Pandoc writes a figure's caption into its image's alt text, claims and all but without their
+        # elements: an alt text found in a caption of the page is that caption, audited where it stands.
+        if ctx == SKIP or tag in ("link", "meta"):
+            return
+        target = re.sub(r"^(?:\.\./)+", "", urllib.parse.unquote(a.get("href", "")))
+        for name in TEXT_ATTRIBUTES:
+            if name == "title" and target and target in a.get(name, ""):
+                continue  # a provenance link's tooltip: the file it links to, and its sha256
+            if a.get(name, "").strip():
+                self.segments += [("\n", None), (a[name].replace("\n", " "), ATTRIBUTE), ("\n", None)]
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
+        self._attribute_text(tag, a, self._ctx())
         if tag in _VOID:
             if tag == "img" and (svg := _data_uri(a.get("src", ""), "image/svg+xml")) is not None:
                 self.images.append(svg)
@@ -210,10 +228,15 @@ class _HTMLText(html.parser.HTMLParser):
         if tag in ("title", "style") and ctx == SKIP and self._stack and self._stack[-1][0] == "head":
             ctx = "css" if tag == "style" else None  # the head's title is shown; its styles are audited as CSS
         self._stack.append((tag, ctx))
+        if tag == "figcaption":
+            self._caption_starts.append(len(self.segments))
         if tag in _BLOCKS:
             self.segments.append(("\n", None))
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "figcaption" and self._caption_starts:
+            start = self._caption_starts.pop()
+            self.captions.add("".join(t for t, ctx in self.segments[start:] if ctx != ATTRIBUTE))
         if any(t == tag for t, _ in self._stack):
             while self._stack and self._stack.pop()[0] != tag:
                 pass
@@ -226,6 +249,22 @@ class _HTMLText(html.parser.HTMLParser):
             self.css.append(data)
         elif ctx != SKIP:
             self.segments.append((data.replace("\n", " "), ctx))
+
+
+def _words(text: str) -> str:
+    """Text as its words and numbers only: punctuation and spacing differ between a caption and its alt text."""
+    return " " + " ".join(re.sub(r"[^\w%]+", " ", text).split()) + " "
+
+
+def _without_caption_copies(parser: _HTMLText) -> list[tuple[str, str | None]]:
+    """The parser's segments less every attribute text that repeats a caption of the page (a figure's alt text)."""
+    captions = [_words(c) for c in parser.captions]
+
+    def in_a_caption(text: str) -> bool:
+        norm = _words(text)
+        return bool(norm.strip()) and any(norm in caption for caption in captions)
+
+    return [(t, ctx) for t, ctx in parser.segments if not (ctx == ATTRIBUTE and in_a_caption(t))]
 
 
 def _segment_lines(segments: list[tuple[str, str | None]]) -> list[list[tuple[str, str | None]]]:
@@ -291,7 +330,7 @@ def audit_html(page: Path, claims: ClaimSet, places: Places, findings: list[Find
         raise InputError(f"{page}: not UTF-8 text ({e}); render the paper again") from e
     parser = _parse(text, places.skipped_ids())
     tokens = _claim_tokens(claims)
-    _audit_segments(Path(page).name, _segment_lines(parser.segments), tokens, findings)
+    _audit_segments(Path(page).name, _segment_lines(_without_caption_copies(parser)), tokens, findings)
     _audit_css(Path(page).name, parser.css, findings)
     for k, svg in enumerate(parser.images, 1):
         inner = _parse(svg, set())

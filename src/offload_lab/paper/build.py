@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from offload_lab.core import runs
-from offload_lab.core.errors import InputError
+from offload_lab.core.errors import ClaimError, InputError
 from offload_lab.paper.audit import PLACES, AuditReport, audit
 from offload_lab.paper.bundle import make_bundle
 from offload_lab.paper.claims import ClaimSet, default_data_root, resolve_claims
 from offload_lab.paper.figures import FigureRecord, draw_figures
 from offload_lab.paper.lint import check_source, lint_source
-from offload_lab.paper.lock import LOCK, check_frozen, locked_files, write_lock
+from offload_lab.paper.lock import LOCK, check_frozen, locked_files, locked_runs, run_changes, write_lock
 from offload_lab.paper.pandoc_ast import (
     RenderError,
     check_ast,
@@ -50,7 +50,10 @@ from offload_lab.paper.pandoc_ast import (
     markdown_to_ast,
     paper_places,
 )
+from offload_lab.paper import sections
+from offload_lab.paper import discovery
 from offload_lab.paper.provenance import provenance_markdown
+from offload_lab.paper.setup import check_setups
 from offload_lab.paper.quarto import render_quarto
 from offload_lab.paper.render import render_fallback
 from offload_lab.paper.xref import Label, check_references, defined_labels, numbered_sections
@@ -103,6 +106,7 @@ class BuildResult:
     pages: int | None = None
     lock: Path | None = None  # paper.lock.json: the sha256 of every file the paper read
     bundle: Path | None = None  # the folder holding the HTML and every file it links to
+    fallbacks: list[str] = field(default_factory=list)  # cited runs gone or replaced since the lock (lock.run_changes)
 
     def summary(self) -> str:
         """One line: pages, figures and claims of this build."""
@@ -163,12 +167,14 @@ def prepare(
     claims = resolve_claims(campaign, data, repo, extra_experiments=[d.experiment for d in figure_registry().values()])
     gen.mkdir(parents=True, exist_ok=True)
     claims_json = claims.write(gen / "claims.json")
+    write_sections(repo, gen, claims)
     figures = draw_figures(campaign, data, gen / "figures", repo)
     runs.atomic_write_text(gen / "provenance.md", provenance_markdown(claims, figures))
 
     front = _front_matter(read_qmd(qmd_path), claims_json, repo)
     ast = markdown_to_ast(front + expand(qmd_path, claims, gen), repo)
     check_ast(ast, claims)
+    check_setups(ast, claims, repo)
     check_figures(ast, gen, repo)
     # The appendix lists what the paper shows, which the expanded paper tells: a second pass with that list.
     shown = provenance_markdown(claims, figures, claims_in(ast), [Path(s).stem for s in figure_images(ast)])
@@ -179,6 +185,18 @@ def prepare(
         p.chmod(0o644)  # atomic writes create 0600 files; these are published next to the paper
     numbered = numbered_sections(read_qmd(qmd_path).meta, quarto_config(repo))
     return Prepared(claims, figures, gen, claims_json, ast, qmd_path, labels, numbered)
+
+
+def write_sections(repo_root: Path, gen: Path, claims: ClaimSet) -> Path:
+    """``_generated/sections.qmd``: the experiment folders' prose assembled by topic. Each fragment is expanded on
+    its own first, so that an unknown claim is reported at the fragment's own file and line."""
+    found = sections.fragments(repo_root)
+    for f in found:
+        expand(f.path, claims, gen)
+    out = gen / sections.SECTIONS_FILE
+    runs.atomic_write_text(out, sections.assemble(found))
+    out.chmod(0o644)
+    return out
 
 
 def check_sources(repo_root: Path | str, qmd: Path | str | None = None) -> dict[str, Label]:
@@ -192,7 +210,8 @@ def check_sources(repo_root: Path | str, qmd: Path | str | None = None) -> dict[
         check_source(sources)
         return defined_labels(sources)
     qmd_path = Path(qmd)
-    beside = sorted({qmd_path, *qmd_path.parent.rglob("*.qmd")} - set(qmd_path.parent.rglob(f"{GENERATED}/**/*.qmd")))
+    beside = sorted({qmd_path, *qmd_path.parent.rglob("*.qmd"), *(p for _, p in discovery.section_files())}
+                    - set(qmd_path.parent.rglob(f"{GENERATED}/**/*.qmd")))
     check_references(beside)
     check_source([qmd_path])
     return defined_labels(beside)
@@ -230,6 +249,13 @@ def build_paper(
         raise InputError("--bundle holds the HTML paper: build it with the html format")
     prep = prepare(campaign, data_root, repo, gen, qmd)
     locked = locked_files(prep.claims, prep.figures, repo)
+    # A cited run deleted or replaced: the paper would fall back to another run with the same parameters and say
+    # nothing. A frozen build fails; a plain one lists each fallback.
+    fallbacks = run_changes(out / LOCK, prep.claims, Path(data_root), repo)
+    if frozen and fallbacks:
+        raise ClaimError("--frozen: the paper would read other runs than the ones locked or committed:\n  "
+                         + "\n  ".join(fallbacks) + "\nRestore the runs, or build without --frozen and review "
+                         "the claims that changed.")
     if frozen:
         check_frozen(locked)
     if quarto:
@@ -243,7 +269,7 @@ def build_paper(
     for name in ("claims.json", PLACES):
         shutil.copy2(out / GENERATED / name, out / name)
     report = audit(out / "claims.json", pdf=files.get("pdf"), html=files.get("html"), repo_root=repo, lint=False)
-    write_lock(out / LOCK, campaign, locked)
+    write_lock(out / LOCK, campaign, locked, locked_runs(prep.claims))
     bundled = None
     if bundle is not None:
         extra = [p for p in (files.get("pdf"), out / "claims.json", out / LOCK) if p is not None]
@@ -267,6 +293,7 @@ def build_paper(
         pages=pages,
         lock=out / LOCK,
         bundle=bundled,
+        fallbacks=fallbacks,
     )
 
 

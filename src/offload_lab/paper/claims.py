@@ -246,9 +246,9 @@ def campaign_kind(campaign: str, repo_root: Path | None = None) -> str:
     if repo_root is not None:
         cfg = Path(repo_root) / "configs" / "campaigns" / f"{campaign}.yaml"
         if cfg.is_file():
-            import yaml
+            from offload_lab.core import inputs
 
-            data = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
+            data = inputs.read_yaml(cfg, "campaign file", expect=None) or {}
             kind = data.get("kind") if isinstance(data, dict) else None
             if kind in ("embedded", "real"):
                 return kind

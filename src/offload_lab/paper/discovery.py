@@ -3,7 +3,8 @@
 Every folder of :mod:`offload_lab.experiments` is an experiment (or a paper section that reads other experiments'
 runs, such as ``boots`` and ``topology``). Its modules whose names start with ``claims`` declare claims into their own
 ``SECTION``, and those whose names start with ``figures`` declare figures the same way; this module imports them by
-the names it finds on disk and merges their sections. A new experiment is one new folder: nothing here changes.
+the names it finds on disk and merges their sections; its ``section*.qmd`` files are its prose in the paper
+(:mod:`offload_lab.paper.sections`). A new experiment is one new folder: nothing here changes.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 EXPERIMENTS_PACKAGE = "offload_lab.experiments"
 CLAIM_MODULES = "claims"
 FIGURE_MODULES = "figures"
+SECTION_GLOB = "section*.qmd"  # an experiment's prose for the paper (offload_lab.paper.sections reads it)
 
 
 def _package() -> ModuleType:
@@ -37,6 +40,16 @@ def experiment_module(name: str, part: str) -> ModuleType | None:
         if e.name == full:
             return None
         raise
+
+
+def experiment_dir(name: str) -> Path:
+    """The folder of experiment ``name``, wherever the package is installed."""
+    return Path(_package().__path__[0]) / name
+
+
+def section_files() -> list[tuple[str, Path]]:
+    """(experiment, file) for every experiment folder's prose fragment, in folder then file name order."""
+    return [(name, p) for name in experiment_names() for p in sorted(experiment_dir(name).glob(SECTION_GLOB))]
 
 
 def _modules(prefix: str) -> list[ModuleType]:

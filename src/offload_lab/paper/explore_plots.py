@@ -4,9 +4,10 @@ Every figure is a :class:`matplotlib.figure.Figure` made outside pyplot: drawing
 notebook's inline display (and a later ``plt.show()``) works as the user set it up. The notebook shows a returned
 figure with ``display(fig)``; nothing here calls ``matplotlib.use``.
 
-An experiment of a known kind gets its own picture (:data:`PLOTTERS`); an experiment folder's ``reader.py`` may offer
-``plot(frame, ax)`` for its table; anything else gets :func:`plot_generic`: its first numeric column against the
-first that varies, one line per run, or bars when there are only a few rows with a label.
+An experiment folder's ``explore.py`` draws its own picture with the helpers here (:func:`new_figure`, :func:`lines`,
+:func:`legend`, :data:`COLORS`); an experiment without one gets :func:`plot_generic`: its first numeric column against
+the first that varies, one line per run, or bars when there are only a few rows with a label. Nothing here names an
+experiment.
 """
 
 from __future__ import annotations
@@ -30,12 +31,49 @@ def new_figure(width: float = 7.0, height: float = 3.0, ncols: int = 1) -> tuple
     return fig, list(axes)
 
 
-def _legend(ax: Any) -> None:
+def legend(ax: Any) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, frameon=False)
 
 
-def _lines(ax: Any, frame: pd.DataFrame, x: str, y: str, by: list[str], label: Callable[[tuple], str],
+# A column's unit from its name's ending, so that an axis reads "TTFT (s), median" rather than "ttft_median_s".
+_STATS = ("median", "mean", "p5", "p50", "p90", "p95", "p99", "min", "max", "sd")
+_UNITS = (("tok_s", "tokens/s"), ("eur_per_month", "EUR/month"), ("eur_per_hour", "EUR/hour"), ("ms", "ms"),
+          ("s", "s"), ("gib", "GiB"), ("gb", "GB"), ("mb", "MB"), ("gbps", "GB/s"), ("eur", "EUR"), ("usd", "USD"),
+          ("pct", "%"), ("tokens", "tokens"), ("bytes", "bytes"))
+_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end to end", "kv": "KV", "gpu": "GPU", "tok": "tokens"}
+
+
+def label_of(column: Any) -> str:
+    """An axis label from a column name: its words, its unit in brackets, its statistic after a comma."""
+    parts = str(column).split("_")
+    stat = [w for w in parts if w in _STATS]
+    parts = [w for w in parts if w not in _STATS]
+    unit = None
+    for suffix, name in _UNITS:
+        n = len(suffix.split("_"))
+        if len(parts) >= n and "_".join(parts[-n:]) == suffix:
+            unit, parts = name, parts[:-n]
+            break
+    words = " ".join(_WORDS.get(w, w) for w in parts) or ("rate" if unit == "tokens/s" else "value")
+    return words + (f" ({unit})" if unit else "") + (f", {stat[0]}" if stat else "")
+
+
+def finish(fig: Any, title: str) -> Any:
+    """Every explore figure: a title (when it has none), and legends that neither cover what is drawn nor run past
+    the edge (moved beside the axes when they did; figures.legend_covers and legend_problems decide)."""
+    from offload_lab.paper.figures import legend_covers, legend_problems
+
+    if not fig._suptitle and not any(ax.get_title() or ax.get_title(loc="left") for ax in fig.axes):
+        fig.suptitle(title, fontsize=10, x=0.01, ha="left")
+    if legend_covers(fig) or legend_problems(fig):
+        for ax in fig.axes:
+            if ax.get_legend() is not None:
+                ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def lines(ax: Any, frame: pd.DataFrame, x: str, y: str, by: list[str], label: Callable[[tuple], str],
            band: tuple[str, str] | None = None) -> None:
     for i, (key, g) in enumerate(frame.groupby(by, sort=True)):
         g = g.sort_values(x)
@@ -46,96 +84,145 @@ def _lines(ax: Any, frame: pd.DataFrame, x: str, y: str, by: list[str], label: C
             ax.fill_between(g[x], g[band[0]], g[band[1]], color=color, alpha=0.15, linewidth=0)
 
 
-def plot_boots(frame: pd.DataFrame, short: Callable[[str], str]) -> Any:
-    fig, (ax,) = new_figure(7.0, 2.6)
-    ok = frame["boot_outcome"] == "ready"
-    ax.bar(frame["boot_number"], frame["startup_s"].fillna(0), color=[COLORS[0] if o else COLORS[6] for o in ok])
-    for n, s, o in zip(frame["boot_number"], frame["startup_s"].fillna(0), frame["boot_outcome"]):
-        if o != "ready":
-            ax.annotate(str(o), (n, s), ha="center", va="bottom", fontsize=7)
-    ax.set_xlabel("boot (server start), in order")
-    ax.set_ylabel("seconds to ready")
-    ax.set_xticks(list(frame["boot_number"]))
-    return fig
-
-
-def plot_context(frame: pd.DataFrame, short: Callable[[str], str]) -> Any:
-    fig, (a1, a2) = new_figure(8.0, 3.0, ncols=2)
-    label = lambda k: short(k[0])  # noqa: E731
-    _lines(a1, frame, "context_tokens", "ttft_median_s", ["run_id"], label, ("ttft_p5_s", "ttft_p95_s"))
-    _lines(a2, frame, "context_tokens", "tpot_median_ms", ["run_id"], label, ("tpot_p5_ms", "tpot_p95_ms"))
-    a1.set_ylabel("TTFT, median (s)")
-    a2.set_ylabel("TPOT, median (ms)")
-    for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context tokens")
-        ax.set_ylim(bottom=0)
-    _legend(a2)
-    return fig
-
-
+# The load sweep's levels table (offload_lab.load), which several experiments write: their explore.py files draw it
+# with this.
 def plot_levels(frame: pd.DataFrame, short: Callable[[str], str], bars: list[float] | None = None) -> Any:
-    fig, (ax,) = new_figure(7.0, 3.0)
-    _lines(ax, frame, "streams", "tok_s_median", ["regime", "run_id"], lambda k: f"{k[0]} ({short(k[1])})",
-           ("tok_s_p5", "tok_s_p95"))
+    """Median output rate per stream against streams: one colour per regime, the latest run solid and older runs
+    fainter and dashed, the p5 to p95 band of the latest run, the bar as a black guide."""
+    fig, (ax,) = new_figure(7.5, 3.2)
+    regimes = sorted(frame["regime"].dropna().unique())
+    latest = frame["run_id"].max()
+    for i, regime in enumerate(regimes):
+        color = COLORS[i % len(COLORS)]
+        for run_id, g in frame[frame["regime"] == regime].groupby("run_id", sort=True):
+            g = g.sort_values("streams")
+            newest = run_id == latest
+            ax.plot(g["streams"], g["tok_s_median"], marker="o", markersize=3, color=color,
+                    alpha=1.0 if newest else 0.45, linestyle="-" if newest else "--",
+                    label=f"{regime} ({short(run_id)})")
+            if newest and {"tok_s_p5", "tok_s_p95"} <= set(g.columns):
+                ax.fill_between(g["streams"], g["tok_s_p5"], g["tok_s_p95"], color=color, alpha=0.15, linewidth=0)
     for bar in sorted(set(bars or [])):
-        ax.axhline(bar, color="black", linestyle="--", linewidth=1)
+        ax.axhline(bar, color="black", linestyle=":", linewidth=1, gid="guide", label=f"bar {bar:g} tokens/s")
     ax.set_xticks(sorted(frame["streams"].dropna().unique()))
-    ax.set_xlabel("streams")
-    ax.set_ylabel("output tok/s per stream, median")
+    ax.set_xlabel("streams (concurrent requests)")
+    ax.set_ylabel("output tokens/s per stream, median")
     ax.set_ylim(bottom=0)
-    _legend(ax)
+    ax.set_title("Output rate per stream against streams (band: p5 to p95, latest run)", fontsize=9, loc="left")
+    # Beside the axes: inside, a legend of a dozen runs covered the lines and the bar.
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
 
 
-def plot_quality(frame: pd.DataFrame, short: Callable[[str], str]) -> Any:
-    """Accuracy of each side per benchmark and, where the run has it, the share of identical answers."""
-    latest = frame[frame["run_id"] == frame["run_id"].max()]
-    has_agree = "agree_share" in latest and latest["agree_share"].notna().any()
-    fig, axes = new_figure(8.0 if has_agree else 5.0, 2.8, ncols=2 if has_agree else 1)
-    names = list(latest["benchmark"])
-    xs = range(len(names))
-    for k, (col, lab) in enumerate((("reference_accuracy", "reference"), ("local_accuracy", "local"))):
-        if col in latest:
-            axes[0].bar([x + (k - 0.5) * 0.38 for x in xs], latest[col].fillna(0), 0.38, color=COLORS[k], label=lab)
-    axes[0].set_ylabel("accuracy")
-    axes[0].set_ylim(0, 1)
-    if has_agree:
-        axes[1].bar(xs, 100 * latest["agree_share"].fillna(0), 0.5, color=COLORS[2], label="reference vs local")
-        for k, (col, lab) in enumerate((("self_agree_reference", "reference vs itself"),
-                                        ("self_agree_local", "local vs itself"))):
-            if col in latest:
-                axes[1].scatter([x + (k - 0.5) * 0.2 for x in xs], 100 * latest[col], color=COLORS[k], zorder=3,
-                                label=lab, s=18)
-        axes[1].set_ylabel("answers identical token for token (%)")
-        axes[1].set_ylim(0, 105)
-    for ax in axes:
-        ax.set_xticks(list(xs), names)
-        _legend(ax)
+PERCENTILES = (50, 90, 95, 99)
+# What a load run's requests measure, as `vllm bench serve` and GuideLLM report them: (column, name, unit, factor).
+LATENCIES = (("ttft_s", "TTFT", "ms", 1e3), ("tpot_ms", "TPOT", "ms", 1.0), ("itl_ms", "ITL", "ms", 1.0),
+             ("e2e_s", "end to end", "s", 1.0))
+
+
+def _values(rows: pd.DataFrame, column: str, factor: float) -> pd.Series:
+    """One latency's values over a level's good requests; ITL is per token gap, every request's gaps together."""
+    if column == "itl_ms":
+        gaps = [x for v in rows[column].dropna() for x in (v if isinstance(v, (list, tuple)) else [v])]
+        return pd.Series(gaps, dtype=float)
+    return pd.to_numeric(rows[column], errors="coerce").dropna() * factor
+
+
+def latency_percentiles(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per run, regime and level: p50/p90/p95/p99 of TTFT, TPOT, ITL (per token gap) and end-to-end latency over
+    the level's good requests, with their count: the per-level table `vllm bench serve` and GuideLLM print."""
+    if requests.empty or "ttft_s" not in requests:
+        return pd.DataFrame()
+    ok = requests[requests["ok"].fillna(False).astype(bool)] if "ok" in requests else requests
+    keys = [c for c in ("run_id", "regime", "level") if c in ok.columns and ok[c].notna().any()]
+    rows = []
+    for key, g in ok.groupby(keys, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        for column, name, unit, factor in LATENCIES:
+            if column not in g:
+                continue
+            v = _values(g, column, factor)
+            if v.empty:
+                continue
+            rows.append({**dict(zip(keys, key)), "metric": f"{name} ({unit})", "n": len(v),
+                         **{f"p{q}": v.quantile(q / 100) for q in PERCENTILES}})
+    return pd.DataFrame(rows).rename(columns={"level": "streams"})
+
+
+def plot_latency(requests: pd.DataFrame, short: Callable[[str], str]) -> Any | None:
+    """The latest run's latency distributions, one panel per latency: the share of requests (of token gaps, for ITL)
+    at or below each value, one colour per regime, darker for more streams."""
+    if requests.empty or "ttft_s" not in requests:
+        return None
+    ok = requests[requests["ok"].fillna(False).astype(bool)] if "ok" in requests else requests
+    latest = ok[ok["run_id"] == ok["run_id"].max()]
+    shown = [m for m in LATENCIES[:3] if m[0] in latest and latest[m[0]].notna().any()]
+    if latest.empty or not shown:
+        return None
+    from matplotlib import ticker
+
+    fig, axes = new_figure(3.2 * len(shown) + 1.6, 3.0, ncols=len(shown))
+    regimes = sorted(latest["regime"].dropna().unique()) if "regime" in latest else []
+    # The load's levels (streams), else a sweep's prompt lengths: darker for more.
+    level_col, level_word = next(((c, w) for c, w in (("level", "streams"), ("prompt_tokens", "prompt tokens"))
+                                  if c in latest and latest[c].notna().any()), (None, ""))
+    levels = sorted(latest[level_col].dropna().unique()) if level_col else []
+    for ax, (column, name, unit, factor) in zip(axes, shown):
+        for i, regime in enumerate(regimes or [None]):
+            for j, level in enumerate(levels or [None]):
+                g = latest
+                g = g[g["regime"] == regime] if regime is not None else g
+                g = g[g[level_col] == level] if level is not None else g
+                v = _values(g, column, factor).sort_values()
+                if v.empty:
+                    continue
+                shade = 0.35 + 0.65 * (j + 1) / max(1, len(levels))
+                label = ", ".join(x for x in (str(regime) if regime is not None else "",
+                                              f"{level:g} {level_word}" if level is not None else "") if x) or \
+                    "every request"
+                ax.step(v, [(k + 1) / len(v) for k in range(len(v))], where="post", color=COLORS[i % len(COLORS)],
+                        alpha=shade, linewidth=1.2, label=label if ax is axes[-1] else None)
+        lo, hi = ax.dataLim.x0, ax.dataLim.x1
+        if lo > 0 and hi / lo > 20:  # a log axis only where the values span orders of magnitude
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xlabel(f"{name} ({unit})" + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylim(0, 1.02)
+        ax.set_title(name, fontsize=9, loc="left")
+    axes[0].set_ylabel("share of requests at or below" if shown[0][0] != "itl_ms" else "share at or below")
+    axes[-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.suptitle(f"Latency distributions, run {short(latest['run_id'].iloc[0])} (ITL: every token gap)", fontsize=10,
+                 x=0.01, ha="left")
     return fig
 
 
-def plot_fit(frame: pd.DataFrame, short: Callable[[str], str]) -> Any:
-    rows = frame.drop_duplicates(["checkpoint", "plan"]).reset_index(drop=True)
-    fig, (ax,) = new_figure(7.0, 0.45 * len(rows) + 1.2)
-    labels = [f"{c} / {p}" for c, p in zip(rows["checkpoint"], rows["plan"])]
-    ax.barh(range(len(rows)), rows["per_gpu_gib"], color=[COLORS[0] if f else COLORS[6] for f in rows["fits"]])
-    for y, u in enumerate(rows["usable_gib"]):
-        ax.plot([u, u], [y - 0.4, y + 0.4], color="black", linewidth=1)
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("GiB per GPU (bar: usable)")
-    return fig
-
-
-def plot_spread(frame: pd.DataFrame, short: Callable[[str], str]) -> Any:
-    fig, (ax,) = new_figure(7.0, 3.0)
-    for i, (metric, g) in enumerate(frame.groupby("metric", sort=True)):
-        g = g.sort_values("group")
-        ax.errorbar([str(x) for x in g["group"]], g["median_of_medians"], yerr=g["between_sd"], fmt="o", capsize=3,
-                    color=COLORS[i % len(COLORS)], label=f"{metric}: median of boots' medians, +/- sd between")
-    ax.set_xlabel("group")
-    _legend(ax)
+def plot_recomputed(frame: pd.DataFrame, title: str = "") -> Any:
+    """Each figure this project recomputes against the published one, with the line y = x where they agree: log
+    axes when the figures span orders of magnitude, each point named by its key."""
+    rows = frame.dropna(subset=["published", "recomputed"])
+    rows = rows[rows["run_id"] == rows["run_id"].max()] if "run_id" in rows else rows
+    pub, rec = pd.to_numeric(rows["published"]), pd.to_numeric(rows["recomputed"])
+    fig, (ax,) = new_figure(5.5, 4.2)
+    ax.scatter(pub, rec, color=COLORS[0], s=22, zorder=3, label="recomputed against published")
+    lo, hi = float(min(pub.min(), rec.min())), float(max(pub.max(), rec.max()))
+    positive = lo > 0
+    if positive and hi / lo > 50:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    ends = [lo / 1.5, hi * 1.5] if ax.get_xscale() == "log" else [lo - pad, hi + pad]
+    ax.plot(ends, ends, color="black", linewidth=0.8, linestyle="--", gid="guide", label="y = x (agree)")
+    names = rows["key"] if "key" in rows else rows.get("figure", pd.Series([""] * len(rows)))
+    for x, y, name in zip(pub, rec, names):
+        ax.annotate(str(name).replace("_", " "), (x, y), xytext=(4, -3), textcoords="offset points", fontsize=6,
+                    color="#444444")
+    units = sorted(set(rows["unit"].dropna().astype(str))) if "unit" in rows else []
+    unit = f" ({units[0]})" if len(units) == 1 else " (each in its own unit)" if units else ""
+    ax.set_xlabel("published" + unit)
+    ax.set_ylabel("recomputed" + unit)
+    ax.set_title(title or "Recomputed against published", fontsize=9, loc="left")
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
     return fig
 
 
@@ -149,22 +236,33 @@ def plot_generic(frame: pd.DataFrame, short: Callable[[str], str], title: str = 
     the first measure (a numeric column after the first sweep) against that sweep, one line per combination of up to
     two settings (at most eight lines); a table of a dozen rows or less, or with no sweep, as bars of its
     most varied number by its first label."""
+    if {"published", "recomputed"} <= set(frame.columns):
+        return plot_recomputed(frame, title)
+    if "run_id" in frame and frame["run_id"].nunique() > 1 and len(frame) <= 24:
+        frame = frame[frame["run_id"] == frame["run_id"].max()]  # a few rows per run: the latest run's
     numeric = _numeric(frame)
     varying = [c for c in numeric if frame[c].nunique() > 1]
     if not varying:
         return None
-    labels = [c for c in frame.columns if c not in TAGS and frame[c].dtype == object and frame[c].nunique() > 1]
+    labels = [c for c in frame.columns if c not in TAGS and c not in numeric and frame[c].nunique() > 1
+              and not pd.api.types.is_bool_dtype(frame[c])]
     sweeps = [c for c in varying if frame[c].nunique() > 6]
     settings = [c for c in frame.columns if c in varying + labels and frame[c].nunique() <= 6][:2]
     fig, (ax,) = new_figure(7.0, 3.0)
     if (len(frame) <= 12 and labels) or len(varying) < 2:
         y = max(varying, key=lambda c: frame[c].nunique())
-        names = frame[labels[0]].astype(str) if labels else pd.Series([f"row {i}" for i in range(len(frame))])
+        others = [c for c in varying if c != y]
+        if labels:
+            names = frame[labels[0]].astype(str).str.replace("_", " ")
+        elif others:  # no words to name a row by: the other number that varies, with its name
+            names = label_of(others[0]) + " " + frame[others[0]].map(lambda v: f"{v:g}")
+        else:
+            names = pd.Series([f"{label_of(y)} #{i + 1}" for i in range(len(frame))], index=frame.index)
         if settings and labels and settings[0] != labels[0]:
             names = names + " (" + settings[0] + " " + frame[settings[0]].astype(str) + ")"
         ax.barh(list(names)[:30], list(frame[y])[:30], color=COLORS[0])
         ax.invert_yaxis()
-        ax.set_xlabel(y)
+        ax.set_xlabel(label_of(y))
     else:
         x = sweeps[0] if sweeps else varying[0]
         cols = list(frame.columns)
@@ -179,24 +277,11 @@ def plot_generic(frame: pd.DataFrame, short: Callable[[str], str], title: str = 
         settings, by = by, by or ["experiment"]
         keys = frame[by].drop_duplicates().head(8)
         shown = frame.merge(keys, on=by)
-        _lines(ax, shown, x, y, by, lambda k: ", ".join(f"{c} {short(str(v))}" for c, v in zip(by, k)))
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
+        lines(ax, shown, x, y, by, lambda k: ", ".join(f"{label_of(c)} {short(str(v))}" for c, v in zip(by, k)))
+        ax.set_xlabel(label_of(x))
+        ax.set_ylabel(label_of(y))
         if settings:
-            _legend(ax)
+            legend(ax)
     if title:
         ax.set_title(title, fontsize=9, loc="left")
     return fig
-
-
-# kind -> (table of CampaignTables it draws, plotter)
-PLOTTERS: dict[str, tuple[str, Callable[..., Any]]] = {
-    "boots": ("boots", plot_boots),
-    "context": ("context", plot_context),
-    "context_repeat": ("context", plot_context),
-    "concurrency": ("levels", plot_levels),
-    "agent_turns": ("levels", plot_levels),
-    "quality": ("quality", plot_quality),
-    "audit": ("fit", plot_fit),
-    "boot_spread": ("spread", plot_spread),
-}

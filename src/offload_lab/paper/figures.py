@@ -122,6 +122,53 @@ def legend_problems(fig: Any) -> list[str]:
     return problems
 
 
+def _data_boxes(ax: Any) -> list[Any]:
+    """Display-space boxes of what an Axes draws from data: each point of its lines and collections (markers,
+    scatter, error bars), and each bar or patch. Lines that span the axes (a bar, a y = x guide) are left out: a
+    legend may sit over a reference line, not over a measurement."""
+    from matplotlib.collections import Collection, PolyCollection
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    boxes = []
+    for line in ax.get_lines():
+        if line.get_gid() == "guide" or not line.get_visible():
+            continue
+        xy = line.get_xydata()
+        if len(xy) == 0:
+            continue
+        pts = line.get_transform().transform(xy)
+        boxes += [Bbox.from_extents(x - 2, y - 2, x + 2, y + 2) for x, y in pts]
+    for coll in ax.collections:
+        if not coll.get_visible() or coll.get_gid() == "guide":
+            continue
+        if isinstance(coll, PolyCollection):  # a band (fill_between): a legend over a band hides no point
+            continue
+        if isinstance(coll, Collection) and len(coll.get_offsets()):
+            pts = coll.get_offset_transform().transform(coll.get_offsets())
+            boxes += [Bbox.from_extents(x - 2, y - 2, x + 2, y + 2) for x, y in pts]
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle) and patch.get_visible() and patch.get_width() and patch.get_height():
+            boxes.append(patch.get_window_extent())
+    return boxes
+
+
+def legend_covers(fig: Any) -> list[str]:
+    """Legends inside an Axes that lie over what it draws from data (a point, a bar): one sentence each."""
+    fig.draw_without_rendering()
+    problems = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        box = legend.get_window_extent()
+        hidden = [b for b in _data_boxes(ax) if b.overlaps(box)]
+        if hidden:
+            labels = ", ".join(repr(t.get_text()) for t in legend.get_texts()[:3])
+            problems.append(f"the legend ({labels}) covers {len(hidden)} drawn point(s) or bar(s)")
+    return problems
+
+
 def _render(d: FigureDef, src: Sources, out_dir: Path) -> dict[str, str]:
     import matplotlib
     from matplotlib.figure import Figure

@@ -33,6 +33,54 @@ def fmt_sig(digits: int) -> Callable[[Any], str]:
     return f
 
 
+MINUS = "\u2212"  # a true minus sign: a hyphen reads as a dash in a table
+
+
+def _magnitude(inner: str | Callable[[Any], str], x: float) -> str:
+    text = inner(x) if callable(inner) else inner.format(x)
+    return text.lstrip("+-\u2212")  # the sign is set here, once: a formatter that signs must not sign twice
+
+
+def fmt_signed(inner: str | Callable[[Any], str] = "{:,.3g}") -> Callable[[Any], str]:
+    """A difference with its sign, the one place signs are set: +0.013, −1.2 (a true minus), and a figure that rounds
+    to zero unsigned (0.000, 0.0%, 0), never "+0.000" or "−0.0%". ``inner`` formats the magnitude (a format string
+    or a formatter); a sign it adds is dropped."""
+    def f(v: Any) -> str:
+        x = float(v)
+        text = _magnitude(inner, abs(x))
+        if not any(ch in "123456789" for ch in text):
+            return text
+        return ("+" if x > 0 else MINUS) + text
+    return f
+
+
+def fmt_signed_decimals(decimals: int) -> Callable[[Any], str]:
+    """``fmt_signed`` with a fixed number of decimals: −0.018, +0.047."""
+    return fmt_signed(f"{{:.{decimals}f}}")
+
+
+def fmt_approx(inner: str | Callable[[Any], str], qualifier: str | None) -> Callable[[Any], str]:
+    """A figure printed with its qualifier: "about 183", "at most 48%"; unqualified when ``qualifier`` is exact.
+
+    ``qualifier`` takes the transcription's words (exact, about, at_most, range, approximate-words)."""
+    words = {"about": "about ", "at_most": "at most "}.get(qualifier or "exact", "")
+
+    def f(v: Any) -> str:
+        return words + (inner(v) if callable(inner) else inner.format(v))
+    return f
+
+
+def fmt_as_printed(value: Any, as_published: str | None = None) -> str:
+    """A published number as the source printed it: its own spelling when the transcription records one ("7.1%",
+    "1,526.7"), else the shortest spelling of the number (183, not 183.0; 0.96, 1,847)."""
+    if as_published:
+        return as_published
+    v = float(value)
+    if v.is_integer():
+        return f"{int(v):,}"
+    return f"{v:,.10g}" if abs(v) >= 1000 else f"{v:.10g}"
+
+
 def fmt_ratio(value: Any) -> str:
     return f"{float(value):.2f}×"
 

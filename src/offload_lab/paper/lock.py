@@ -8,6 +8,7 @@ check, and only the committed history catches it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
@@ -44,8 +45,14 @@ def locked_files(claims: ClaimSet, figures: dict[str, FigureRecord | None], repo
     return dict(sorted(out.items()))
 
 
-def write_lock(target: Path, campaign: str, files: dict[str, Path]) -> dict[str, Any]:
-    lock = {"schema": LOCK_SCHEMA, "campaign": campaign,
+def locked_runs(claims: ClaimSet) -> dict[str, str]:
+    """The run each experiment's claims read, by experiment (the run directory as the paper displays it)."""
+    return {e: info.path for e, info in sorted(claims.runs.items())}
+
+
+def write_lock(target: Path, campaign: str, files: dict[str, Path],
+               runs_read: dict[str, str] | None = None) -> dict[str, Any]:
+    lock = {"schema": LOCK_SCHEMA, "campaign": campaign, "runs": runs_read or {},
             "files": {name: {"sha256": runs.sha256_file(p), "bytes": p.stat().st_size} for name, p in files.items()}}
     runs.atomic_write_json(target, lock)
     target.chmod(0o644)
@@ -99,3 +106,50 @@ def read_lock(path: Path) -> dict[str, Any]:
     if not isinstance(d, dict) or not isinstance(d.get("files"), dict):
         raise InputError(f"{path}: not a paper lock (no files mapping); build the paper again")
     return d
+
+
+def run_changes(previous: Path, claims: ClaimSet, data_root: Path, repo_root: Path) -> list[str]:
+    """Where this build reads other runs than it should: a run the last build's lock (``previous``) names that is
+    gone or passed over, and a committed run of an experiment the paper reads that is gone from the working tree
+    (the paper would silently fall back to an older run with the same parameters). One line each."""
+    now = locked_runs(claims)
+    out: list[str] = []
+    before: dict[str, str] = {}
+    if Path(previous).is_file():
+        with contextlib.suppress(InputError):
+            lock = read_lock(previous)
+            if lock.get("campaign") == claims.campaign and isinstance(lock.get("runs"), dict):
+                before = {str(k): str(v) for k, v in lock["runs"].items()}
+    for experiment, old in sorted(before.items()):
+        new = now.get(experiment)
+        if new == old:
+            continue
+        why = "is gone" if not _abs(old, repo_root).is_dir() else "is passed over"
+        out.append(f"{experiment}: the locked run {old} {why}; this build reads "
+                   f"{new or 'no run (its claims print n/a)'} instead")
+    for experiment in sorted(set(now) | set(claims.absent) | set(before)):
+        folder = Path(data_root) / claims.campaign / experiment
+        for gone in _committed_runs_missing(folder):
+            if not any(gone in line for line in out):
+                out.append(f"{experiment}: run {gone} is committed but gone from the working tree; this build reads "
+                           f"{now.get(experiment) or 'no run'} instead (git checkout -- {gone} restores it)")
+    return out
+
+
+def _committed_runs_missing(folder: Path) -> list[str]:
+    """Run directories HEAD has under ``folder`` that the working tree lacks (as git names them)."""
+    parent = folder if folder.is_dir() else folder.parent
+    while not parent.is_dir() and parent != parent.parent:
+        parent = parent.parent
+    top = _git_top(parent.resolve())
+    if top is None:
+        return []
+    try:
+        rel = folder.resolve().relative_to(top).as_posix()
+    except ValueError:
+        return []
+    proc = subprocess.run(["git", "-C", str(top), "ls-tree", "-d", "--name-only", "HEAD", rel + "/"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return []
+    return [line for line in proc.stdout.splitlines() if line and not (top / line).is_dir()]

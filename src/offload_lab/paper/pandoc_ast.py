@@ -106,8 +106,10 @@ def _stringify(node: Any) -> str:
 
 
 def markdown_to_ast(markdown: str, repo_root: Path) -> dict[str, Any]:
-    sections = Path(repo_root) / EXTENSION / "sections.lua"
-    out = _pandoc(["-f", "markdown", "-t", "json", "--lua-filter", str(sections)], stdin=markdown)
+    ext = Path(repo_root) / EXTENSION
+    # The extension's filters, as Quarto runs them: the campaign's blocks, then tables sized from their content.
+    filters = [a for f in ("sections.lua", "tables.lua") if (ext / f).is_file() for a in ("--lua-filter", str(ext / f))]
+    out = _pandoc(["-f", "markdown", "-t", "json", *filters], stdin=markdown)
     return table_divs(json.loads(out))
 
 

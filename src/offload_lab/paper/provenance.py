@@ -14,6 +14,15 @@ from offload_lab.paper.figures import FigureRecord
 from offload_lab.paper.formats import plural
 
 
+# A printed value longer than this leaves the claims table for a block of its own under it: in a column it wrapped
+# into a tall, hyphenated cell ("billion parame-ters").
+LONG_PRINTED = 40
+# A table of at most this many rows is kept on one page; a longer one runs over pages.
+WHOLE_ROWS = 15
+# A claim's unit as the appendix shows it beside its printed text: a fraction printed as a percentage is a percent.
+_PERCENT_UNITS = ("fraction", "probability", "share")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -33,7 +42,29 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> str:
     sep = "|" + "|".join((":" if a == "l" else "") + "-" * w + (":" if a == "r" else "") for w, a in zip(widths, align))
     lines = ["| " + " | ".join(header) + " |", sep + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    table = "\n".join(lines) + "\n"
+    if len(rows) <= WHOLE_ROWS:
+        return table
+    # A long table may run over pages (in the text and for short ones a table stays whole: typst-header.typ); the
+    # show rule holds inside this scope only, so a short table after it is not split over two pages either.
+    return (f"```{{=typst}}\n#[\n#show figure.where(kind: table): set block(breakable: true)\n```\n\n{table}\n"
+            "```{=typst}\n]\n```\n")
+
+
+def _intro(text: str) -> str:
+    """The sentence that opens a table, kept on the page of the table's first rows (it was left alone at a page's
+    foot)."""
+    return f"```{{=typst}}\n#block(sticky: true)[\n```\n\n{text}\n\n```{{=typst}}\n]\n```\n"
+
+
+def _grouped_table(header: list[str], groups: list[tuple[str, list[list[str]]]], align: str) -> str:
+    """One table whose rows come in groups, each under a row naming what they share (a file and its sha256, a run):
+    said once per group instead of in two more columns on every row, which left the values a sixth of the page."""
+    rows: list[list[str]] = []
+    for label, members in groups:
+        rows.append([f"**{label}**"] + [""] * (len(header) - 1))
+        rows += members
+    return _table(header, rows, align)
 
 
 _RUN_ID_RE = re.compile(r"/(\d{8}T\d{6}Z-[0-9a-f]+)/")
@@ -50,6 +81,11 @@ def _short_file(path: str, claims: ClaimSet) -> str:
         head = path[: m.start()]
         return f"{Path(head).name}/{m.group(1)}/{path[m.end():]}"
     return Path(path).name
+
+
+def _unit(c: ResolvedClaim) -> str:
+    """The unit of the printed text: "30%" of a fraction is a percent (the Unit column said "fraction" over it)."""
+    return "percent" if c.unit in _PERCENT_UNITS and (c.text or "").endswith("%") else c.unit
 
 
 def _printed(c: ResolvedClaim) -> str:
@@ -87,8 +123,12 @@ def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None
     for r in figures.values():
         for f in r.files if r is not None else []:
             files[_short_file(f.path, claims)] = f.sha256
-    file_rows = [[f"`{k}`", f"`{v}`"] for k, v in sorted(files.items())]
-    claim_rows = []
+    file_groups: dict[str, list[list[str]]] = {}
+    for k, v in sorted(files.items()):
+        folder, _, name = k.rpartition("/")
+        file_groups.setdefault(folder, []).append([f"`{name}`", f"`{v}`"])
+    by_source: dict[str, list[list[str]]] = {}
+    long_values: list[str] = []
     absent: dict[str, int] = {}
     for name, c in sorted(claims.claims.items()):
         if c.status != "ok":
@@ -100,7 +140,13 @@ def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None
             source = f"{Path(source).parts[0]}/…/{Path(source).name} ({c.runs} runs)"
         elif len(data) > 1:
             source += f" +{len(data) - 1}"
-        claim_rows.append([f"`{name}`", _md_cell(_printed(c)), c.unit, f"`{source}`", f"`{data[0].sha256[:12]}`"])
+        label = f"`{source}` `{data[0].sha256[:12]}`"
+        printed = _printed(c)
+        if len(printed) > LONG_PRINTED:
+            # Key, then value: a sentence reads whole under its name rather than down a narrow column.
+            long_values.append(f"`{name}` ({label})\n:   {_md_cell(printed)}\n")
+        else:
+            by_source.setdefault(label, []).append([f"`{name}`", _md_cell(printed), _unit(c)])
     fig_rows = []
     for name, r in sorted(figures.items()):
         if r is None:
@@ -109,27 +155,36 @@ def provenance_markdown(claims: ClaimSet, figures: dict[str, FigureRecord | None
         fig_rows.append([f"`{name}`", ", ".join(f"`{_short_file(f.path, claims)}`" for f in data),
                          f"`{data[0].sha256[:12]}`"])
     parts = [
-        # From here to the end (the appendix is last), a table may run over pages: in the text a table stays whole.
-        "```{=typst}\n#show figure.where(kind: table): set block(breakable: true)\n```\n",
-        "**Runs read.** The notebook each run was executed from; the executed copy, with its outputs, is the run "
-        "directory's `notebook.ipynb`.\n",
+        _intro("**Runs read.** The notebook each run was executed from; the executed copy, with its outputs, is the "
+               "run directory's `notebook.ipynb`."),
         _table(["Experiment", "Run", "Notebook"], run_rows, "lll"),
-        "**Files read**, with their sha256 (each equal to the one in its run's manifest when the paper was built).\n",
-        _table(["File", "sha256"], file_rows, "ll"),
-        "**Claims**, each with the file it was computed from (the first, when it read several) and the start of "
-        "that file's sha256.\n",
-        _table(["Claim", "Printed", "Unit", "Source", "sha256"], claim_rows, "lllll"),
+        _intro("**Files read**, by run directory, with their sha256 (each equal to the one in its run's manifest when "
+               "the paper was built)."),
+        _grouped_table(["File", "sha256"], sorted(file_groups.items()), "ll"),
     ]
     if fig_rows:
-        parts += ["**Figures.**\n", _table(["Figure", "Source", "sha256"], fig_rows, "lll")]
+        # Before the claims: a short table last was left to fill the last page with a few rows.
+        parts += [_intro("**Figures**, each with the files it was drawn from and the start of the first one's sha256."),
+                  _table(["Figure", "Source", "sha256"], fig_rows, "lll")]
+    parts += [
+        _intro("**Claims**, under the file each was computed from (the first, when it read several) and the start of "
+               "that file's sha256."),
+        _grouped_table(["Claim", "Printed", "Unit"], sorted(by_source.items()), "lll"),
+    ]
+    if long_values:
+        # At the tables' size: reference matter, not reading text (at body size it ran to a page of its own).
+        parts += [_intro("**Claims printed as words**, each with its file and the start of that file's sha256."),
+                  "```{=typst}\n#[\n#set text(size: 8.5pt)\n```\n", "\n".join(long_values), "```{=typst}\n]\n```\n"]
     if absent:
         listed = ", ".join(f"`{e}`" for e in sorted(absent))
         # Before the claims table, not after the last table: alone at the end it filled a last page by itself.
-        parts.insert(5, f"Claims of experiments this campaign has no finished run of ({listed}) are absent: "
+        parts.insert(len(parts) - (6 if long_values else 2),
+                     f"Claims of experiments this campaign has no finished run of ({listed}) are absent: "
                      "`claims.json` lists them with the reason, and the paper prints none of them.\n")
     return "\n".join(parts)
 
 
 def _md_cell(text: str) -> str:
-    return re.sub(r"([\\`*_\[\]<>|$@])", r"\\\1", text)
+    """Printed text as literal markdown; a table cell's ``|`` is escaped by :func:`_table`, once."""
+    return re.sub(r"([\\`*_\[\]<>$@])", r"\\\1", text)
 

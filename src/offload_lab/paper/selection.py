@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from offload_lab.core import runs
+from offload_lab.core import inputs, runs
+from offload_lab.core.errors import InputError
 from offload_lab.paper.discovery import experiment_module
 
 CAMPAIGNS_DIR = Path("configs") / "campaigns"
@@ -34,8 +34,8 @@ def campaign_files(repo_root: Path, campaign: str) -> list[tuple[Path, dict[str,
     found = []
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            data = inputs.read_yaml(path, "campaign file", expect=None)
+        except InputError:  # `campaign check` names what is wrong with it; here it is not one of this campaign's
             continue
         if isinstance(data, dict) and data.get("name") == campaign:
             found.append((path, data))

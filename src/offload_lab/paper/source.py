@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from offload_lab.core import paths
+from offload_lab.core import inputs, paths
 from offload_lab.core.errors import ClaimError, InputError
 from offload_lab.paper.claims import ClaimSet, ResolvedClaim
 from offload_lab.paper.formats import pipe_separator
@@ -30,9 +31,18 @@ _UNITS = "one|two|three|four|five|six|seven|eight|nine"
 _NUMBER_WORDS = (
     r"\b(?:(?:eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen)"
     rf"|(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[-\s](?:{_UNITS}))?"
-    rf"|(?:a|{_UNITS}|ten)\s+(?:hundred|thousand|million|billion|trillion)|a\s+dozen)\b"
+    rf"|(?:a|{_UNITS}|ten)\s+(?:hundred|thousand|million|billion|trillion)|(?:a|{_UNITS}|ten)\s+(?:dozen|score)s?"
+    # fractions in words: "four-fifths", "two thirds", "three-quarters"
+    rf"|(?:{_UNITS}|ten)[-\s](?:halves|thirds?|quarters?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?"
+    r"|hundredths?|thousandths?))\b"
 )
-NUMBER_RE = re.compile(f"{_NUMERAL}|{_NUMBER_WORDS}", re.IGNORECASE)
+# Numerals of other scripts that are not decimal digits (\d already takes those): superscripts and subscripts (²),
+# circled and parenthesized numbers (①), Roman numerals (Ⅻ), vulgar fractions (½), and the like.
+_OTHER_NUMERALS = "[" + "".join(
+    re.escape(chr(c)) for c in range(0x80, 0x20000)
+    if unicodedata.numeric(chr(c), None) is not None and unicodedata.decimal(chr(c), None) is None
+    and unicodedata.category(chr(c)) in ("No", "Nl")) + "]+"
+NUMBER_RE = re.compile(f"{_NUMERAL}|{_NUMBER_WORDS}|{_OTHER_NUMERALS}", re.IGNORECASE)
 
 
 def number_token(text: str) -> str:
@@ -61,7 +71,7 @@ def read_qmd(path: Path) -> Qmd:
     if lines and lines[0].strip() == "---":
         for i in range(1, len(lines)):
             if lines[i].strip() in ("---", "..."):
-                meta = yaml.safe_load("\n".join(lines[1:i])) or {}
+                meta = inputs.parse_yaml("\n".join(lines[1:i]), path, "the YAML front matter of") or {}
                 return Qmd(Path(path), meta, lines[i + 1 :], i + 2)
         raise InputError(f"{path}: the YAML front matter is not closed with ---")
     return Qmd(Path(path), {}, lines, 1)
@@ -95,17 +105,19 @@ def quarto_config(repo_root: Path) -> dict[str, Any]:
     p = Path(repo_root) / "_quarto.yml"
     if not p.is_file():
         return {}
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{p}: not a readable YAML file ({e}); fix _quarto.yml") from e
+    data = inputs.read_yaml(p, "Quarto project file", expect=None) or {}
     if not isinstance(data, dict):
         raise InputError(f"{p}: must hold a mapping (project:, manuscript:, format:)")
     return data
 
 
 def paper_sources(repo_root: Path) -> list[Path]:
-    return sorted((Path(repo_root) / "paper").rglob("*.qmd"))
+    """Every qmd the paper is written from: paper/ (not what prepare generates) and the experiment folders' prose."""
+    from offload_lab.paper import discovery
+
+    paper = Path(repo_root) / "paper"
+    own = [p for p in paper.rglob("*.qmd") if GENERATED not in p.relative_to(paper).parts]
+    return sorted(own) + [p for _, p in discovery.section_files()]
 
 
 

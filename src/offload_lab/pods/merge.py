@@ -111,8 +111,10 @@ def merge(sources: list[Path], dest_root: Path, campaign: str,
     return report
 
 
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    return (str(obj.get("event")), str(obj.get("session") or obj.get("cluster")))
+def _key(obj: dict[str, Any]) -> tuple[str, ...]:
+    if obj.get("event") == POD_EVENT:
+        return (POD_EVENT, *ledger.pod_key(obj))  # one line per launch: a relaunched name is paid twice
+    return (str(obj.get("event")), str(obj.get("session")))
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -124,7 +126,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def _ledger_lines(dest_root: Path, sources: list[Path], campaign: str,
                   pod_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """New lines to append, in source order, pod lines last; a line already there once is not appended again."""
-    existing: dict[tuple[str, str], dict[str, Any]] = {}
+    existing: dict[tuple[str, ...], dict[str, Any]] = {}
     dest = dest_root / campaign / LEDGER_NAME
     if dest.is_file():
         for e in runs.read_events(dest):

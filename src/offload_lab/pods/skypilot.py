@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from offload_lab.campaigns.runner import Campaign
 from offload_lab.core.errors import InputError
+from offload_lab.core.paths import DATA_DIR
 from offload_lab.pods.plan import PodPart, PodPlan, part_campaign_text
 from offload_lab.server import multinode
 from offload_lab.server.spec import StackFile, unpinned_items
@@ -48,6 +49,7 @@ SKY_CHECK = Path(__file__).with_name("sky_check.py")
 SKY_PYTHON_ENV = "OFFLOAD_LAB_SKY_PYTHON"
 DEFAULT_SKY_PYTHON = ".venvs/sky/bin/python"
 SECRETS = ["HF_TOKEN", "OFFLOAD_LAB_REFERENCE_API_KEY"]
+SYNC_EVERY_S = 60  # with a bucket: how often the pod copies its new runs there while the campaign runs
 
 
 class TaskOptions(BaseModel):
@@ -61,10 +63,39 @@ class TaskOptions(BaseModel):
     secrets: list[str] = Field(default_factory=lambda: list(SECRETS))
 
 
+HF_TOKEN = "HF_TOKEN"
+REFERENCE_KEY = "OFFLOAD_LAB_REFERENCE_API_KEY"  # the quality comparison's default (quality/endpoints.py)
+
+
+def _key_names(value: Any) -> set[str]:
+    """The API-key variables an experiment's parameters name: ``api_key_env``, or a ``deepseek`` endpoint's
+    default."""
+    if isinstance(value, dict):
+        found = {str(value["api_key_env"])} if value.get("api_key_env") else set()
+        if value.get("kind") == "deepseek" and not value.get("api_key_env"):
+            found.add(REFERENCE_KEY)
+        return found.union(*(_key_names(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_key_names(v) for v in value))
+    return set()
+
+
+def secrets_for(campaign: Campaign, spec: StackFile, only: list[str] | None = None,
+                environ: dict[str, str] | None = None) -> list[str]:
+    """The secrets a plan's pods get: the API keys its experiments name (required), and HF_TOKEN when the stack
+    downloads a model and the token is set here (a gated repository needs it; a public one does not)."""
+    env = os.environ if environ is None else environ
+    names = set().union(*(_key_names(e.parameters) for e in campaign.spec.experiments
+                          if only is None or e.experiment in only))
+    if spec.model is not None and spec.model.downloads and env.get(HF_TOKEN):
+        names.add(HF_TOKEN)
+    return sorted(names)
+
+
 def pod_of(spec: StackFile, stack_file: str) -> multinode.PodSpec:
     if spec.pod is None:
         raise InputError(f"stack file {stack_file} has no `pod:` section: say which GPUs (a SkyPilot accelerator "
-                         f"name: {', '.join(multinode.KNOWN_ACCELERATORS)}), how many per node, and the disk "
+                         f"name, e.g. RTXPRO6000, B300, L40S: `sky gpus list`), how many per node, and the disk "
                          "(docs/runbook.md, 'From a laptop')")
     return spec.pod
 
@@ -86,11 +117,14 @@ def _resources(pod: multinode.PodSpec) -> dict[str, Any]:
             r[key] = value
     if pod.use_spot:
         r["use_spot"] = True
+    if pod.nodes > 1:
+        r["network_tier"] = "best"  # the pipeline stages talk over the network at every step (SkyPilot: best)
     return r
 
 
 def _campaign_command(plan: PodPlan, part: PodPart, part_file: str | None) -> str:
-    args = [LAB, "campaign", "run", part_file or plan.campaign_file, "--data-dir", "data"]
+    # --json: one progress event a line (experiment started, counts, done), which `pod launch` follows
+    args = [LAB, "campaign", "run", part_file or plan.campaign_file, "--data-dir", DATA_DIR, "--json"]
     if part.only:
         args += ["--only", ",".join(part.only)]
     return " ".join(shlex.quote(a) for a in args)
@@ -104,9 +138,18 @@ def _run_lines(plan: PodPlan, part: PodPart, spec: StackFile, campaign_text: str
         # The pod's share of the repeat boots: the campaign file with its own repeat_boots, written on the pod.
         body += [f"mkdir -p {PART_CAMPAIGNS}", f"cat > {part_file} <<'OFFLOAD_LAB_CAMPAIGN'",
                  *campaign_text.rstrip("\n").split("\n"), "OFFLOAD_LAB_CAMPAIGN"]
+    dest = f"{REMOTE_OUT}/{plan.plan_id}/{part.cluster}/{plan.campaign}/"
+    if opts.bucket:
+        # a pod that replaces a preempted one (SkyPilot's managed-job recovery) starts from what the bucket holds:
+        # the runs and ledger lines already made stay, and the copies below only add to them
+        body.append(f"if [ -d {dest} ]; then mkdir -p data/{plan.campaign} && "
+                    f"rsync -a {dest} data/{plan.campaign}/; fi")
+        # each run reaches the bucket soon after it is written, not only at the end: a preempted pod loses little
+        body.append(f"mkdir -p {dest} && (while sleep {SYNC_EVERY_S}; do rsync -a data/{plan.campaign}/ {dest}; "
+                    "done) & sync_pid=$!")
     body.append(f"{_campaign_command(plan, part, part_file)} && rc=0 || rc=$?")
     if opts.bucket:
-        dest = f"{REMOTE_OUT}/{plan.plan_id}/{part.cluster}/{plan.campaign}/"
+        body.append("kill $sync_pid 2>/dev/null || true")
         # a failed copy fails the job (exit 5) unless the campaign had already failed
         body.append(f"mkdir -p {dest} && rsync -a data/{plan.campaign}/ {dest} || "
                     '{ echo "copy to the bucket failed" >&2; [ "$rc" != 0 ] || rc=5; }')

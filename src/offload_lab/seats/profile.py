@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import kind_of
 
 HOURS_PER_DAY = 24.0
 
@@ -41,7 +42,8 @@ class Provenance(BaseModel):
     kind: Literal["published", "measured", "assumed"]
     source: str = Field(description="file, URL or person the figures come from")
     section: str | None = Field(None, description="section of the source")
-    source_sha256: str | None = Field(None, description="sha256 of the source file when it was transcribed")
+    source_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                      description="sha256 of the source file when it was transcribed (64 hex digits)")
     note: str = ""
 
 
@@ -392,7 +394,7 @@ def parse_profile(data: Any, where: str = "profile") -> UsageProfile:
 
 def load_profile(path: Path | str) -> UsageProfile:
     path = Path(path)
-    if not path.is_file():
+    if kind_of(path) is None:  # anything else there is named for what it is by read_yaml
         raise InputError(f"usage profile {path} does not exist; profiles live in configs/profiles/*.yaml")
     from offload_lab.core.inputs import read_yaml
 

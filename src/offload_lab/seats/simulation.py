@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from offload_lab.core import progress
 from offload_lab.core.errors import InputError
 
 
@@ -200,6 +201,7 @@ def simulate(cfg: SimulationConfig) -> SimulationResult:
     hist = np.zeros((cfg.days, n + 1), dtype=np.int64)
     episodes = {s: np.zeros(cfg.days, dtype=np.int64) for s in cfg.watch_streams}
     capped = 0
+    simulated = progress.counting(f"simulation of {n} developers", cfg.days, "days")
     for d in range(cfg.days):
         p_d = float(day_p[d])
         # Keep the day's chance p_d = (share of the window in session) x (chance of a turn in session).
@@ -222,6 +224,7 @@ def simulate(cfg: SimulationConfig) -> SimulationResult:
         for s in cfg.watch_streams:
             over = count > s
             episodes[s][d] = int(over[0]) + int(np.count_nonzero(over[1:] & ~over[:-1]))
+        simulated.add()
     return SimulationResult(
         config=cfg,
         day_p=day_p,

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError
+from offload_lab.core.places import require_file
 from offload_lab.core.inputs import read_json
 from offload_lab.seats.profile import UsageProfile, load_profile, parse_profile
 
@@ -135,9 +136,9 @@ def load_usage(path: Path | str, window_hours: float = 8.0, sessions: int | None
     """A profile from a project YAML profile or a ccusage JSON export, and where it came from (file, sha256,
     format). Anything else is an InputError naming the file and the formats read."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"usage file {p} does not exist; give a profile (configs/profiles/*.yaml) or the JSON of "
-                         "`ccusage daily --json` / `ccusage session --json`")
+    # Missing, or a directory, FIFO or device (named for what it is, and never opened).
+    require_file(p, "usage file", "give a profile (configs/profiles/*.yaml) or the JSON of `ccusage daily --json` / "
+                 "`ccusage session --json`")
     sha = runs.sha256_file(p)
     if p.suffix.lower() in (".yaml", ".yml"):
         prof = load_profile(p)

@@ -23,9 +23,16 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import httpx
+
+from offload_lab.core import progress
+
+BOOTS = "boots"  # the experiment every server start is recorded under, ready or not
+BOOT_JSON = "boot.json"
+
 
 OUTCOMES = ("ready", "oom_load", "oom_kv_cache", "init_failure", "exited", "timeout", "died_first_request",
             "probe_failed")
@@ -143,6 +150,60 @@ _LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERRO
                          r"\[[^\]]*\]\s*)?")
 
 
+# What a booting vLLM server is doing, from the lines its log prints at each step (vLLM's own messages: config.py and
+# model.py for the configuration, core.py for the engine, the model runners and loaders for the weights, the CPU and
+# GPU runners' warm-up and CUDA-graph capture, kv_cache_utils.py, the API server's start). Later steps come later in
+# the list; a boot's phase is the last one whose line has appeared so far.
+BOOT_PHASES: list[tuple[str, str]] = [
+    (r"non-default args|Resolved architecture", "reading the model's configuration"),
+    (r"Initializing a V1 LLM engine", "starting the engine"),
+    (r"Starting to load model|Loading safetensors|Loading weights", "loading the weights"),
+    (r"Memory profiling|profile run|Initial profiling", "profiling memory"),
+    (r"Warming up model|Compiling a graph|torch\.compile|Dynamo bytecode", "warming up (compiling the model)"),
+    (r"Capturing CUDA graph", "capturing CUDA graphs"),
+    (r"KV cache size|GPU KV cache|for KV cache", "allocating the KV cache"),
+    (r"init engine .* took", "engine ready; starting the API server"),
+    (r"Starting vLLM (?:API )?server|Available routes", "API server starting"),
+    (r"Application startup complete", "answering /health"),
+]
+BOOT_STARTING = "starting the server process (importing vLLM)"
+
+
+def boot_phase(log_text: str) -> str:
+    """The phase a boot has reached, read from its log so far (see :data:`BOOT_PHASES`)."""
+    reached = BOOT_STARTING
+    for pattern, words in BOOT_PHASES:
+        if re.search(pattern, log_text):
+            reached = words
+    return reached
+
+
+def wait_ready(url: str, process: Any, log_path: Path, timeout_s: float,
+               label: str) -> tuple[bool, str | None, bool]:
+    """Poll until /health and /v1/models answer: (ready, the served model, timed out). Minutes pass here on a CPU or
+    with a big model, so each phase the server's log reaches is said under ``label`` (core.progress)."""
+    deadline = time.monotonic() + timeout_s
+    said = None
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return False, None, False
+            phase = boot_phase(log_path.read_text(errors="replace"))
+            if phase != said:
+                progress.phase(label, phase)
+                said = phase
+            try:
+                if client.get(url + "/health").status_code == 200:
+                    models = client.get(url + "/v1/models").json()
+                    names = [m["id"] for m in models.get("data", [])]
+                    if names:
+                        return True, names[0], False
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(1.0)
+    return False, None, True
+
+
 def tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
@@ -190,3 +251,18 @@ def watch_death(url: str, alive: Callable[[], bool], grace_s: float) -> dict[str
         if time.monotonic() >= deadline:
             return {"dead": False, "how": f"/health still answered {last} after {grace_s:g} s"}
         time.sleep(1.0)
+
+
+def boot_records(boots: Iterable[Any]) -> list[dict[str, Any]]:
+    """One row per boot run (anything with ``run_id``, ``manifest`` and ``json(name)``, as the paper's run sets
+    are): its outcome, start-up time, probe, packages and the machine it ran on."""
+    out = []
+    for s in boots:
+        b = s.json(BOOT_JSON)
+        m = s.manifest
+        out.append({"run_id": s.run_id, "outcome": b.get("outcome"), "startup_s": b.get("startup_s"),
+                    "probe": b.get("probe"),
+                    "started_at": m.get("started_at"), "packages": b.get("server_packages") or {},
+                    "host": (m.get("environment") or {}).get("hostname_hash"),
+                    "gpu": (m.get("environment") or {}).get("gpu") or {}})
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from offload_lab.core.redact import SECRET_FLAGS, looks_secret
+from offload_lab.core.redact import is_secret_flag, looks_secret
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The harness binds the server to 127.0.0.1 and the port it chose; these in server.args would override that.
@@ -20,7 +20,10 @@ def check_env_and_args(env: dict[str, str], args: list[str], where: str) -> None
     """No secret values in a stack file: a secret-looking variable's value, or a secret flag's value, is refused
     with the way to pass it instead (``env_from``); ``--host``/``--port`` are refused because the harness binds
     them."""
-    for name in env:
+    for name, value in env.items():
+        if "\x00" in str(value):
+            raise ValueError(f"{where}.env: {name}'s value holds a NUL byte, which no environment variable can; "
+                             "remove it")
         if not ENV_NAME.match(name):
             raise ValueError(f"{where}.env: {name!r} is not an environment variable name")
         if looks_secret(name):
@@ -29,7 +32,7 @@ def check_env_and_args(env: dict[str, str], args: list[str], where: str) -> None
                              "passed through from your environment")
     for a in args:
         flag = a.split("=", 1)[0]
-        if flag in SECRET_FLAGS:
+        if is_secret_flag(flag):
             raise ValueError(f"{where}.args: {flag} takes a secret; a stack file must not hold it: set it in an "
                              f"environment variable named in server.env_from (vLLM reads VLLM_API_KEY)")
         if flag in BOUND_FLAGS:

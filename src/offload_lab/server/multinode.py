@@ -37,20 +37,21 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from offload_lab.core.errors import InputError
 
-# SkyPilot's canonical accelerator names that offload-lab's stacks use (SkyPilot 0.14.1: sky/utils/gpu_names.py,
-# sky/provision/runpod/utils.py, sky/catalog/data_fetchers/fetch_{aws,gcp,runpod}.py). SkyPilot's own parser accepts
-# any name (only its optimizer, with a cloud catalog fetched at launch, refuses an unknown one), so names are checked
-# here, offline. Which clouds offer a name: `sky gpus list NAME` on a machine with credentials.
-KNOWN_ACCELERATORS: dict[str, str] = {
-    "RTXPRO6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition, 96 GB (AWS, GCP, RunPod)",
-    "RTXPRO6000-WK": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 96 GB (RunPod)",
-    "RTXPRO6000-MaxQ": "NVIDIA RTX PRO 6000 Blackwell Max-Q (RunPod)",
-    "B300": "NVIDIA B300, Blackwell Ultra (AWS p6-b300, Nebius)",
-    "B200": "NVIDIA B200",
-    "H200": "NVIDIA H200",
-    "H100": "NVIDIA H100 80 GB",
-    "A100-80GB": "NVIDIA A100 80 GB",
-}
+# Every accelerator name SkyPilot knows offline, from its installed package, not a list of our own: a snapshot with
+# provenance (version, module, file, sha256) written by pods/sky_registry.py in SkyPilot's environment, since this
+# environment never imports SkyPilot (its parser accepts any name; only its optimizer, with a cloud catalog fetched at
+# launch, refuses an unknown one). Which clouds offer a name: `sky gpus list NAME` on a machine with credentials.
+ACCELERATORS_FILE = Path(__file__).resolve().parents[1] / "resources" / "skypilot_accelerators.json"
+
+
+def _registry() -> dict[str, Any]:
+    import json
+
+    return json.loads(ACCELERATORS_FILE.read_text(encoding="utf-8"))
+
+
+KNOWN_ACCELERATORS: dict[str, list[str]] = _registry()["accelerators"]
+SKYPILOT_VERSION: str = _registry()["skypilot"]
 SKYPILOT_RAY_PORT = 6380  # SkyPilot runs its own Ray on every node (sky/skylet/constants.py); ours must not share it
 RAY_WORKER_PORTS = range(10002, 20000)  # Ray's default worker port range: a head port inside it collides
 RAY_HEAD_PID = ".ray-head.pid"
@@ -101,10 +102,12 @@ class PodSpec(_Strict):
     def _known(cls, v: str) -> str:
         if v not in KNOWN_ACCELERATORS:
             squashed = re.sub(r"[^A-Za-z0-9]", "", v).upper()
-            near = [k for k in KNOWN_ACCELERATORS if re.sub(r"[^A-Za-z0-9]", "", k).upper() in squashed]
+            # the longest known name inside what was typed, spaces and case aside ("RTX PRO 6000", "l40s")
+            near = sorted((k for k in KNOWN_ACCELERATORS if re.sub(r"[^A-Za-z0-9]", "", k).upper() in squashed),
+                          key=len, reverse=True)
             hint = f"; did you mean {near[0]}?" if near else ""
-            raise ValueError(f"accelerator {v!r} is not a name SkyPilot's catalogs use{hint} (known here: "
-                             f"{', '.join(KNOWN_ACCELERATORS)})")
+            raise ValueError(f"accelerator {v!r} is not a name SkyPilot {SKYPILOT_VERSION} knows{hint} (`sky gpus "
+                             f"list` shows them; {len(KNOWN_ACCELERATORS)} names in {ACCELERATORS_FILE.name})")
         return v
 
     @property
@@ -204,6 +207,45 @@ def parse_partition(text: str | None) -> list[int] | None:
         raise InputError(f"VLLM_PP_LAYER_PARTITION {text!r} is not comma-separated whole numbers") from None
 
 
+# --- what reaches the other nodes' workers ------------------------------------------------------------------------
+#
+# vLLM's Ray executor sets in each worker only what vllm/ray/ray_env.py's get_env_vars_to_copy returns: vLLM's own
+# registered variables, names with one of DEFAULT_ENV_VAR_PREFIXES, DEFAULT_EXTRA_ENV_VARS, and what the driver's
+# VLLM_RAY_EXTRA_ENV_VARS_TO_COPY / VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY add (comma-separated). A worker on
+# another node never sees any other variable of the server's environment: the plan's EXL3_HOST_EXPERTS would be
+# missing there, and that node would keep every expert on its GPUs, silently.
+RAY_COPIED_PREFIXES = ("VLLM_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_")
+RAY_COPIED_NAMES = frozenset({"PYTHONHASHSEED"})
+RAY_EXTRA_VARS, RAY_EXTRA_PREFIXES = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+
+
+def _csv(text: str | None) -> set[str]:
+    return {x.strip() for x in (text or "").split(",") if x.strip()}
+
+
+def not_forwarded_to_ray_workers(env: dict[str, str | None], inherited: list[str] | None = None) -> list[str]:
+    """The variables of a server's environment (set ones, and ``inherited`` names) that vLLM's Ray executor would
+    not give its workers."""
+    prefixes = RAY_COPIED_PREFIXES + tuple(sorted(_csv(env.get(RAY_EXTRA_PREFIXES))))
+    named = RAY_COPIED_NAMES | _csv(env.get(RAY_EXTRA_VARS))
+    names = [k for k, v in env.items() if v is not None] + list(inherited or [])
+    return sorted({k for k in names if not k.startswith(prefixes) and k not in named})
+
+
+def check_ray_env(pod: PodSpec | None, env: dict[str, str | None], inherited: list[str], stack_file: str) -> None:
+    """Refuse a server over Ray whose environment would not reach the other nodes' workers."""
+    if pod is None or pod.ray is None:
+        return
+    lost = not_forwarded_to_ray_workers(env, inherited)
+    if lost:
+        have = env.get(RAY_EXTRA_VARS)
+        fix = ",".join(sorted(_csv(have) | set(lost)))
+        raise InputError(f"stack file {stack_file}: the server runs over Ray across {pod.nodes} nodes, and vLLM's Ray "
+                         f"executor gives its workers only VLLM_*, NCCL_*, HF_* ... variables: {', '.join(lost)} "
+                         f"would not reach the workers on the other nodes (a plan there would be ignored, silently). "
+                         f"Add to server.env: {RAY_EXTRA_VARS}: \"{fix}\"")
+
+
 # --- Ray commands ------------------------------------------------------------------------------------------------
 
 def _q(s: str) -> str:
@@ -265,5 +307,6 @@ def stop_commands(spec: Any) -> list[str]:
     return [f"kill -TERM -- -$(cat {RAY_HEAD_PID}) 2>/dev/null || true"]
 
 
-__all__ = ["KNOWN_ACCELERATORS", "PodSpec", "RayCluster", "PodField", "check_pod", "parallel_sizes",
+__all__ = ["KNOWN_ACCELERATORS", "check_ray_env", "not_forwarded_to_ray_workers",
+           "PodSpec", "RayCluster", "PodField", "check_pod", "parallel_sizes",
            "pp_layer_ranges", "parse_partition", "head_commands", "worker_commands", "stop_commands"]

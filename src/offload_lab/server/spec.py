@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
+from offload_lab.core.bounds import MAX_SECONDS, MAX_TOKENS
 from offload_lab.core.errors import InputError
 from offload_lab.server.multinode import PodField
 from offload_lab.server.envargs import ENV_NAME, check_env_and_args
@@ -44,6 +45,7 @@ EXACT_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+_-]*)$")
 # Linux's largest CONFIG_NR_CPUS is 8192: a higher id is a typo on any machine. Ids this machine lacks are checked
 # when the server starts (and reported by `stack check`), since a stack file is often written for another machine.
 MAX_CPU_ID = 8191
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 class _Strict(BaseModel):
@@ -184,11 +186,19 @@ class Download(_Strict):
 
 
 class ModelSpec(_Strict):
-    path: str = Field(description="model directory, relative to the repository root or absolute")
+    path: str = Field(min_length=1, description="model directory, relative to the repository root or absolute")
     build: str | None = Field(default=None, description="'tiny' builds the embedded model when the path is missing")
     config: str | None = Field(default=None, description="builder config (for build: tiny)")
-    served_name: str | None = Field(default=None, description="name the server reports in /v1/models")
+    served_name: str | None = Field(default=None, description="name the server reports in /v1/models (no spaces)")
     downloads: list[Download] = Field(default_factory=list, description="where the files come from, pinned")
+    @field_validator("served_name")
+    @classmethod
+    def _served_name(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() or c == "\x00" for c in v)):
+            raise ValueError(f"{v!r} is not a model name a client can send: give a name without spaces, or leave "
+                             "served_name out to use the model path")
+        return v
+
     hash_limit_bytes: int = Field(
         256 * 2**20, ge=0,
         description="boot records sha256 of model files up to this size; larger shards are pinned by the "
@@ -206,7 +216,7 @@ class ServerFlags(_Strict):
 
     tensor_parallel_size: int | None = Field(None, ge=1)
     block_size: int | None = Field(None, ge=1, description="KV-cache block size in tokens")
-    max_model_len: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(None, ge=0)
     kv_cache_dtype: str | None = None
@@ -255,13 +265,15 @@ class ProbeSpec(_Strict):
 
     enabled: bool = True
     prompt: str = "The capital of France is"
-    max_tokens: int = Field(4, ge=1)
-    timeout_s: float = Field(300.0, gt=0, description="first requests can be slow (kernels compiled lazily)")
-    grace_s: float = Field(15.0, ge=0, description="after a failed probe, how long to watch the process die")
+    max_tokens: int = Field(4, ge=1, le=MAX_TOKENS)
+    timeout_s: float = Field(300.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+                             description="first requests can be slow (kernels compiled lazily)")
+    grace_s: float = Field(15.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
+                           description="after a failed probe, how long to watch the process die")
 
 
 class ServerSpec(_Strict):
-    module: str = "vllm.entrypoints.openai.api_server"
+    module: str = Field("vllm.entrypoints.openai.api_server", description="module run with `python -m` (a dotted name)")
     flags: ServerFlags = Field(default_factory=ServerFlags)
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -275,9 +287,17 @@ class ServerSpec(_Strict):
         description="CPU ids the server (and every process it starts) may run on; None: all. On a small CPU-only "
                     "machine, keeping vLLM's processes on one core leaves the others to the load client.",
     )
-    ready_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
-    stop_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    ready_timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    stop_timeout_s: float = Field(30.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+
+    @field_validator("module")
+    @classmethod
+    def _module_name(cls, v: str) -> str:
+        if not re.match(MODULE_NAME, v):
+            raise ValueError(f"{v!r} is not a module name (dotted Python names, e.g. vllm.entrypoints.openai."
+                             "api_server)")
+        return v
 
     @field_validator("cpus")
     @classmethod

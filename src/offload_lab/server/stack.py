@@ -11,6 +11,7 @@ boot is a measurement, not only an exception.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -18,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import httpx
 from pydantic import ValidationError
 
 from offload_lab.server import boots
 from offload_lab.core import environment
-from offload_lab.core import runs
+from offload_lab.core import progress, runs
 from offload_lab.server.boots import classify_boot, tail  # noqa: F401  (re-exported: callers import them from here)
 from offload_lab.core.errors import InputError, ServerError
+from offload_lab.core.places import kind_of
 from offload_lab.core.inputs import pydantic_input_error, read_json, read_text, parse_yaml
 from offload_lab.core.paths import find_root
 from offload_lab.core.procs import free_port, port_is_free, terminate_group
@@ -34,7 +35,8 @@ from offload_lab.server.watchdog import child_setup, start_watchdog
 from offload_lab.server.spec import StackFile, StackOverride, apply_override, deep_merge, unpinned_items
 
 LOG_NAME = "server.log"
-BOOT_NAME = "boot.json"
+BOOT_STEP = "server boot"  # the label a boot's phases are shown under (core.progress)
+BOOT_NAME = boots.BOOT_JSON
 
 
 @dataclass
@@ -99,7 +101,7 @@ class Stack:
 
 def load_stack(path: Path | str, root: Path | None = None) -> Stack:
     path = Path(path)
-    if not path.is_file() and not path.is_dir():
+    if kind_of(path) is None:  # anything else there is named for what it is by read_text
         raise InputError(f"stack file {path} does not exist; the embedded one is configs/stacks/embedded.yaml")
     text = read_text(path, "stack file")
     root = root or find_root(path.resolve().parent)
@@ -125,7 +127,26 @@ def load_stack(path: Path | str, root: Path | None = None) -> Stack:
         spec = StackFile.model_validate(data)
     except ValidationError as e:
         raise pydantic_input_error(e, f"stack file {path}") from e
+    _check_paths(spec, path, root)
     return Stack(spec=spec, file=path.resolve(), root=root, text=text)
+
+
+def _check_paths(spec: StackFile, path: Path, root: Path) -> None:
+    """The model and the interpreter are local paths: a URL (credentials and all) is not one, and a relative path
+    that climbs out of the repository with '..' names a different place on every machine."""
+    for field, value in (("model.path", spec.model.path), ("python", spec.python)):
+        if "://" in value or "\x00" in value:
+            raise InputError(f"stack file {path}: {field} is not a local path (a URL or a NUL byte); give a "
+                             "directory, and list where the files come from under model.downloads")
+        p = Path(value).expanduser()
+        if not p.is_absolute() and ".." in p.parts and not _inside(root / p, root):
+            raise InputError(f"stack file {path}: {field} {value!r} climbs out of the repository; give a path "
+                             "inside it, or an absolute one")
+
+
+def _inside(p: Path, root: Path) -> bool:
+    r, q = root.resolve(), p.resolve()
+    return q == r or r in q.parents
 
 
 def _read_yaml(path: Path, text: str) -> dict[str, Any]:
@@ -293,7 +314,7 @@ def boot(
     cmd = server_command(stack, host, port)
     extra_env = server_env(stack)
     run = runs.new_run(
-        data_root, campaign, "boots",
+        data_root, campaign, boots.BOOTS,
         parameters={"stack": stack.spec.name, "port": port,
                     **({"variant": stack.variant} if stack.variant else {}), **(parameters or {})},
         environment=environment_record if environment_record is not None else environment.capture_environment(),
@@ -313,6 +334,7 @@ def boot(
             env[name] = value
     server._log = open(server.log_path, "ab")
     started = time.monotonic()
+    progress.phase(BOOT_STEP, boots.BOOT_STARTING)
     server.process = subprocess.Popen(
         cmd, stdout=server._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         cwd=str(stack.root), start_new_session=True,
@@ -323,11 +345,12 @@ def boot(
     try:
         server._watchdog = start_watchdog(server.process.pid, run.path, stack.spec.server.stop_timeout_s)
         timeout = ready_timeout_s if ready_timeout_s is not None else stack.spec.server.ready_timeout_s
-        ready, served, timed_out = _wait_ready(server, timeout)
+        ready, served, timed_out = boots.wait_ready(server.url, server.process, server.log_path, timeout, BOOT_STEP)
         startup_s = time.monotonic() - started
         probe, death = None, None
         spec_probe = stack.spec.server.probe
         if ready and spec_probe.enabled:
+            progress.phase(BOOT_STEP, "sending the probe request")
             probe = boots.probe(server.url, served or server.model_name, spec_probe.prompt, spec_probe.max_tokens,
                                 spec_probe.timeout_s)
             if not probe["ok"]:
@@ -359,6 +382,7 @@ def boot(
             if boot_fields.get("expected") is not None:
                 server.boot["as_expected"] = outcome == boot_fields["expected"]
         run.write_json(BOOT_NAME, server.boot)
+        progress.end(BOOT_STEP, f"{outcome} after {startup_s:.0f} s")
         if outcome != "ready":
             server.stop()
     except BaseException as e:
@@ -425,24 +449,6 @@ def _model_record(model_path: Path, hash_limit_bytes: int = 256 * 2**20) -> dict
         "files_sha256": files,
         "files_bytes": sizes,
     }
-
-
-def _wait_ready(server: Server, timeout_s: float) -> tuple[bool, str | None, bool]:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=5.0) as client:
-        while time.monotonic() < deadline:
-            if server.process.poll() is not None:
-                return False, None, False
-            try:
-                if client.get(server.url + "/health").status_code == 200:
-                    models = client.get(server.url + "/v1/models").json()
-                    names = [m["id"] for m in models.get("data", [])]
-                    if names:
-                        return True, names[0], False
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            time.sleep(1.0)
-    return False, None, True
 
 
 @contextlib.contextmanager

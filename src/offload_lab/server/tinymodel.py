@@ -42,6 +42,9 @@ SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 # attention backend supports only these head sizes (vllm/v1/attention/backends/cpu_attn.py).
 CPU_ALIGNMENT = 32
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# The embedded model is built in memory on any laptop: 250M parameters (1 GiB of float32) is already far from tiny,
+# and a typo (hidden_size: 10000000) would otherwise try to allocate tens of GiB.
+MAX_TINY_PARAMETERS = 250_000_000
 
 
 class TinyModelSpec(BaseModel):
@@ -93,7 +96,21 @@ class TinyModelSpec(BaseModel):
             raise ValueError(
                 f"num_experts_per_tok: {self.num_experts_per_tok} is more than num_experts {self.num_experts}"
             )
+        if self.parameter_count() > MAX_TINY_PARAMETERS:
+            raise ValueError(
+                f"these sizes make {self.parameter_count():,} parameters ({self.parameter_count() * 4 / 2**30:,.1f} "
+                f"GiB of float32 weights to build in memory); a tiny model has at most {MAX_TINY_PARAMETERS:,}: "
+                "shrink hidden_size, num_hidden_layers, num_experts or moe_intermediate_size"
+            )
         return self
+
+    def parameter_count(self) -> int:
+        """Weights the builder allocates: embeddings and head, attention, router and experts per layer."""
+        h, q, kv = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        attention = h * q * 2 + h * kv * 2
+        experts = self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return embeddings + self.num_hidden_layers * (attention + experts)
 
 
 # ----------------------------------------------------------------------------------------------------------------

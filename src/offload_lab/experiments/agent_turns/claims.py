@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from offload_lab.load.bar import bar_of
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (finite as _finite, fmt_int, fmt_list_words, fmt_pct,
@@ -93,7 +94,7 @@ def _agent_falloff(src: Sources) -> float:
 def _agent_held(src: Sources) -> str:
     """Up to how many agents the bar held, in words."""
     v = _agent_verdict(src)
-    bar = float(src.parameters.get("bar_tok_s", 40.0))
+    bar = bar_of(src.parameters)
     most = int(_agent(src)["streams"].max())
     if v.get("first_level_below_bar") is None:
         return f"held the bar of {bar:g} tokens/s at every level measured, up to {most} agents"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from offload_lab.experiments.concurrency.runner import RegimeSweepParams
 from offload_lab.load.closed_loop import StopRule
+from offload_lab.load.bar import BAR_TOK_S, MARGIN, Bar, Margin
+from offload_lab.load.sweep import RegimeSweepParams
 
 REGIME = "agent_turns"
 
@@ -23,9 +24,12 @@ class Params(BaseModel):
     think_time_s: float = Field(0.0, ge=0, description="pause between a reply and the next turn")
     streams: list[int] = Field(min_length=1, description="agents at once, one level each")
     turns: int = Field(ge=1, description="turns of each agent per level")
-    bar_tok_s: float = Field(40.0, gt=0, description="the bar: median output tokens/s per stream")
-    margin: float = Field(0.10, ge=0, lt=1, description="provisioning margin below the bar")
+    bar_tok_s: Bar = BAR_TOK_S
+    margin: Margin = MARGIN
     stop_rule: StopRule = Field(default_factory=StopRule)
+
+    def longest_request_tokens(self) -> int:
+        return self.sweep().longest_request_tokens()
 
     def sweep(self) -> RegimeSweepParams:
         agent = {"regime": REGIME, "initial_context_tokens": self.initial_context_tokens,

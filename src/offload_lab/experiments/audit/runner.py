@@ -39,7 +39,7 @@ from offload_lab.fit import memory
 from offload_lab.fit import plan as planmod
 from offload_lab.fit import rangeserver
 from offload_lab.fit import routing
-from offload_lab.core import runs
+from offload_lab.core import progress, runs
 from offload_lab.fit import synthetic
 from offload_lab.core.errors import InputError
 
@@ -55,7 +55,22 @@ class AuditParams(BaseModel):
 
     tiny_model_dir: str = Field("models/tiny-qwen3-moe", description="built here if missing")
     synthetic_spec: str = "configs/checkpoints/synthetic-dsv41-flash-exl3.yaml"
-    tp: int = Field(2, ge=1)
+    tp: int = Field(2, ge=1, le=4096)
+
+    def place_problems(self, root: Path) -> list[str]:
+        """What is wrong with the places it names, found before it runs (`campaign check`)."""
+        out = []
+        tiny = root / self.tiny_model_dir
+        if tiny.exists() and not tiny.is_dir():
+            out.append(f"tiny_model_dir {self.tiny_model_dir} is a file; give the tiny model's directory (built "
+                       "there when missing)")
+        elif tiny.is_dir() and any(tiny.iterdir()) and not (tiny / "config.json").is_file():
+            out.append(f"tiny_model_dir {self.tiny_model_dir} is a directory of another kind (no config.json, so no "
+                       "model); give the tiny model's directory, or a missing one to build it there")
+        spec = root / self.synthetic_spec
+        if not spec.is_file():
+            out.append(f"synthetic_spec {self.synthetic_spec} is not a file; give a spec of configs/checkpoints/")
+        return out
     usable_gib: float = Field(gt=0, description="usable memory per GPU (the study: 95.6, reported by the driver)")
     reserve_gib: float = Field(0.0, ge=0, description="headroom budget-fit keeps free for KV cache and runtime")
     host_fraction: float = Field(0.3, ge=0, le=1, description="share of routed experts the fixed-share plans move")
@@ -245,9 +260,11 @@ def _benchmark_audit(tmp: Path, name: str, params: AuditParams,
     with rangeserver.serve_directory_process(tmp) as base_url:
         url = f"{base_url}/{name}"
         fingerprints = set()
+        audits = progress.counting("audit repeats", 2 * (params.benchmark_repeats + 1), "audits")
         for repeat in range(-1, params.benchmark_repeats):  # repeat -1 warms the page cache, unrecorded
             for mode, source in (("local", local), ("http", url)):
                 t_read, t_total, ckpt, cls = _timed_audit(source)
+                audits.add()
                 fingerprints.add(ckpt.fingerprint())
                 if repeat >= 0:
                     events.append({"kind": "audit", "mode": mode, "repeat": repeat, "read_s": t_read,
@@ -270,6 +287,7 @@ def _benchmark_plans(cls: checkpoint.Classification, config: dict[str, Any] | No
     # Timing only: Zipf counts, not any model's routing.
     counts = routing.synthetic_counts(mm.experts.layers, per_layer, top_k, params.synthetic_counts_tokens, seed=0)
     host_tensors = planmod.host_tensors_for(cls, params.host_categories)
+    timed = progress.counting("plan repeats", len(planmod.GENERATORS) * params.plan_repeats, "plans")
     for gen in planmod.GENERATORS:
         for repeat in range(params.plan_repeats):
             t0 = time.perf_counter()
@@ -279,6 +297,7 @@ def _benchmark_plans(cls: checkpoint.Classification, config: dict[str, Any] | No
             elapsed = time.perf_counter() - t0
             events.append({"kind": "plan_generation", "generator": gen, "repeat": repeat, "seconds": elapsed,
                            "experts": len(mm.experts.keys), "host_experts": int(mask.sum())})
+            timed.add()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -290,7 +309,9 @@ def _compare_generators(run: runs.Run, tiny_dir: Path, params: AuditParams,
     paragraphs = routing.corpus_paragraphs()
     shifted = routing.shifted_texts(max(8, len(paragraphs) // 2))
     log(f"routing {len(paragraphs)} corpus paragraphs and {len(shifted)} shifted texts through the tiny model")
+    progress.phase("audit", f"routing {len(paragraphs) + len(shifted)} texts through the tiny model in transformers")
     collected = routing.collect_hf(tiny_dir, paragraphs + shifted, max_tokens=params.max_tokens)
+    progress.end("audit", "routing counts collected")
     n = len(paragraphs)
     sets = {
         "calibration": counts_for(collected, range(0, n, 2), "corpus paragraphs 0, 2, 4, ..."),

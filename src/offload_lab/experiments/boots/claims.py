@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 
 from offload_lab.paper.claims import ClaimDef, RunSet, Sources
+from offload_lab.server.boots import BOOTS, boot_records
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (finite as _finite, fmt_int, fmt_list_words, fmt_sig, plural, table_value)
 
@@ -18,7 +19,6 @@ claim = functools.partial(_claim, registry=SECTION)
 # boots: every server start of the campaign, ready or not
 # ====================================================================================================================
 
-BOOTS = "boots"
 OUTCOME_WORDS = {
     "ready": "ready",
     "oom_load": "out of memory while loading the weights",
@@ -29,19 +29,6 @@ OUTCOME_WORDS = {
     "died_first_request": "died on its first request",
     "probe_failed": "ready, but failed its probe request",
 }
-
-
-def boot_records(src: RunSet) -> list[dict[str, Any]]:
-    out = []
-    for s in src:
-        b = s.json("boot.json")
-        m = s.manifest
-        out.append({"run_id": s.run_id, "outcome": b.get("outcome"), "startup_s": b.get("startup_s"),
-                    "probe": b.get("probe"),
-                    "started_at": m.get("started_at"), "packages": b.get("server_packages") or {},
-                    "host": (m.get("environment") or {}).get("hostname_hash"),
-                    "gpu": (m.get("environment") or {}).get("gpu") or {}})
-    return out
 
 
 @claim("boots.count", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt=fmt_int,

@@ -16,3 +16,7 @@ class Params(BaseModel):
     users: int = Field(4, ge=1, description="users at once, each a closed-loop stream on the same prefix")
     requests_per_user: int = Field(3, ge=1, description="requests each user sends, one after another")
     stop_rule: StopRule = Field(default_factory=StopRule)
+
+    def longest_request_tokens(self) -> int:
+        """Prompt (prefix, question and the chat template's few tokens) plus output."""
+        return self.prefix_tokens + self.suffix_tokens + 2 + self.output_tokens

@@ -13,7 +13,7 @@ from typing import Any
 from offload_lab.core import runs
 from offload_lab.experiments.cached_prefix.params import Params
 from offload_lab.experiments.cached_prefix.tables import LEVELS, SUMMARY
-from offload_lab.experiments.concurrency import runner as sweep
+from offload_lab.load import sweep
 from offload_lab.load.workloads import WorkloadSpec
 
 

@@ -13,7 +13,7 @@ import functools
 from typing import Any, Callable
 
 from offload_lab.paper.claims import NA
-from offload_lab.experiments.published.refclaims import CITES
+from offload_lab.published.refclaims import CITES
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
 from offload_lab.paper.claims import claim as _claim

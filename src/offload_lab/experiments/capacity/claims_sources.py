@@ -1,5 +1,5 @@
 """Claims that say where the seat and cost section's inputs came from, and the published figures printed beside the
-measured ones (``source: measured``; see :mod:`offload_lab.experiments.capacity.measured`).
+measured ones (``source: measured``; see :mod:`offload_lab.published.measured_inputs`).
 
 Read from the ``capacity`` and ``cost`` runs' ``inputs.json`` and ``profile.json``: run ids, files and stack files as
 recorded there, and the published figures as the run copied them, with their provenance, from the reference

@@ -45,7 +45,8 @@ def seats_team_size(src: Sources, ax: Any) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("developers in the team")
     ax.set_ylabel("developers per pod")
-    ax.legend(frameon=False, loc="center right", fontsize=7)
+    # Beside the axes, not in them: inside, the legend sat on the curves whatever corner it took.
+    ax.figure.legend(*ax.get_legend_handles_labels(), frameon=False, loc="outside right center", fontsize=7)
 
 
 @figure("seats_correlation", experiment="capacity", files=["correlation.csv"])

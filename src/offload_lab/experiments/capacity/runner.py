@@ -1,6 +1,6 @@
 """Experiment ``capacity``: seats, pods, volume against concurrency, correlation and simulation, from a campaign's
 ``published`` run or, with ``source: measured``, from its own agent-turns (or concurrency) and context runs — no
-server (:mod:`offload_lab.experiments.capacity.inputs` says where each input comes from).
+server (:mod:`offload_lab.published.study_inputs` says where each input comes from).
 
 Files written into the run (all derived by :mod:`offload_lab.seats.capacity` and :mod:`offload_lab.seats.simulation`
 from the inputs recorded in ``inputs.json``):
@@ -31,7 +31,7 @@ from offload_lab.seats import capacity, cost
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
 from offload_lab.seats.simulation import SimulationConfig, simulate
-from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather_for
+from offload_lab.published.study_inputs import StudyInputs, StudyParams, gather_for
 
 EXPERIMENT = "capacity"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from offload_lab.load.bar import bar_of, margin_of
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_pct,
@@ -69,19 +70,19 @@ def held_phrase(verdicts: dict[str, Any], max_streams: dict[str, int], bar: floa
 @claim("concurrency.bar_tok_s", experiment=CONC, files=["manifest.json"], fmt="{:g}", unit="tokens/s")
 def _bar(src: Sources) -> float:
     """The bar: median output tokens per second per stream."""
-    return float(src.parameters.get("bar_tok_s", 40.0))
+    return bar_of(src.parameters)
 
 
 @claim("concurrency.bar_ms", experiment=CONC, files=["manifest.json"], fmt="{:g}", unit="ms")
 def _bar_ms(src: Sources) -> float:
     """The bar as time per output token."""
-    return 1000.0 / float(src.parameters.get("bar_tok_s", 40.0))
+    return 1000.0 / bar_of(src.parameters)
 
 
 @claim("concurrency.margin", experiment=CONC, files=["manifest.json"], fmt=fmt_pct(0), unit="fraction")
 def _margin(src: Sources) -> float:
     """Provisioning margin over the bar."""
-    return float(src.parameters.get("margin", 0.10))
+    return margin_of(src.parameters)
 
 
 @claim("concurrency.regimes", experiment=CONC, files=["verdicts.json"], fmt=fmt_int, unit="regimes")
@@ -126,7 +127,7 @@ def _held(src: Sources) -> str:
     """Which regime held the bar longest, in words computed from the verdicts."""
     t = _regimes(src)
     maxes = {str(r): int(g["streams"].max()) for r, g in t.groupby("regime")}
-    return held_phrase(_verdicts(src), maxes, float(src.parameters.get("bar_tok_s", 40.0)))
+    return held_phrase(_verdicts(src), maxes, bar_of(src.parameters))
 
 
 @claim("concurrency.all_held", experiment=CONC, files=["verdicts.json"], fmt="{}", unit="")

@@ -1,5 +1,9 @@
 """The concurrency experiment's parameters: the notebook's parameters cell is generated from this model."""
 
-from offload_lab.experiments.concurrency.runner import RegimeSweepParams as Params
+from __future__ import annotations
 
-__all__ = ["Params"]
+from offload_lab.load.sweep import RegimeSweepParams
+
+
+class Params(RegimeSweepParams):
+    """Several regimes (name -> workload), each swept over the same stream counts against the same bar."""

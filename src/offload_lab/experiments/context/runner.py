@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from offload_lab.load import client as load
 from offload_lab.load import prompts
-from offload_lab.core import runs
+from offload_lab.core import progress, runs
 from offload_lab.core import stats
+from offload_lab.core.bounds import Tokens
 from offload_lab.core.errors import InputError, ProducerError
 from offload_lab.experiments.context.tables import EVENTS, EXPERIMENT, SUMMARY  # noqa: F401  (notebooks use EXPERIMENT)
 
@@ -27,8 +28,8 @@ from offload_lab.experiments.context.tables import EVENTS, EXPERIMENT, SUMMARY  
 class ContextParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    context_lengths: list[int] = Field(min_length=1, description="prompt lengths in tokens, exact")
-    output_tokens: int = Field(64, ge=2, description="tokens generated per request (ignore_eos)")
+    context_lengths: list[Tokens] = Field(min_length=1, description="prompt lengths in tokens, exact")
+    output_tokens: Tokens = Field(64, ge=2, description="tokens generated per request (ignore_eos)")
     repeats: int = Field(3, ge=1, description="requests per context length")
     warmup: bool = Field(True, description="one unrecorded request first, so the first length is not paying for it")
 
@@ -40,6 +41,10 @@ class ContextParams(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError("context lengths must not repeat")
         return sorted(v)
+
+    def longest_request_tokens(self) -> int:
+        """Prompt plus output of the longest request: what the server's max_model_len must hold."""
+        return max(self.context_lengths) + self.output_tokens
 
 
 def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: str | None = None) -> pd.DataFrame:
@@ -59,10 +64,12 @@ def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: s
             if params.warmup:
                 _measure(log, tok, base_url, model, params.context_lengths[0], params.output_tokens,
                          salt=f"{run.run_id}/warmup", kind="warmup", repeat=-1)
+            sent = progress.counting("context requests", params.repeats * len(params.context_lengths), "requests")
             for repeat in range(params.repeats):
                 for n in params.context_lengths:
                     _measure(log, tok, base_url, model, n, params.output_tokens,
                              salt=f"{run.run_id}/{repeat}/{n}", kind="request", repeat=repeat)
+                    sent.add()
     summary = summarize(runs.read_events(run.file(EVENTS)))
     run.write_table(SUMMARY, summary)
     failed = summary[summary["n"] == 0]["context_tokens"].tolist()

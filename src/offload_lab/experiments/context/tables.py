@@ -1,36 +1,11 @@
-"""The context experiment's files and how its summary is read (by its claims, its figures and the explore notebook)."""
+"""The context experiment's files (its runner writes them; its claims, its figures and the explore notebook read
+them). The summary's contract lives in :mod:`offload_lab.load.context_summary`, shared with ``topology``."""
 
 from __future__ import annotations
 
-from typing import Any
+from offload_lab.load.context_summary import SUMMARY, context_summary
 
 EXPERIMENT = "context"
 EVENTS = "events.jsonl"
-SUMMARY = "summary.csv"
 
-SUMMARY_COLUMNS = (
-    "context_tokens",
-    "n",
-    "ttft_median_s",
-    "ttft_p5_s",
-    "ttft_p95_s",
-    "tpot_median_ms",
-    "tpot_p5_ms",
-    "tpot_p95_ms",
-    "tok_s_median",
-)
-
-
-def context_summary(src: Any, name: str = SUMMARY) -> Any:
-    """The context experiment's summary, checked against the data contract and sorted by context length."""
-    frame = src.csv(name)
-    missing = [c for c in SUMMARY_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{name} lacks columns {missing}")
-    # A length at which every request failed has no statistics; the failures are counted from the events instead.
-    frame = frame[frame["n"] > 0]
-    if frame.empty:
-        raise ValueError(f"{name} has no row with a successful request")
-    return frame.sort_values("context_tokens").reset_index(drop=True)
-
-
+__all__ = ["EVENTS", "EXPERIMENT", "SUMMARY", "context_summary"]

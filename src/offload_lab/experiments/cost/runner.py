@@ -24,7 +24,7 @@ from pydantic import Field
 from offload_lab.seats import capacity, cost
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
-from offload_lab.experiments.capacity.inputs import StudyInputs, StudyParams, gather_for
+from offload_lab.published.study_inputs import StudyInputs, StudyParams, gather_for
 
 EXPERIMENT = "cost"
 

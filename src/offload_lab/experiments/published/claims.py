@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import functools
-
+import re
+from pathlib import Path
 from typing import Any
 
 
-from offload_lab.experiments.published.refclaims import CITES, declare_published, fmt_published
+from offload_lab.load.sweep import sweep_verdict
+from offload_lab.core import paths
+from offload_lab.paper.sections import fragments
+from offload_lab.published.comparisons import cost_comparisons, seat_comparisons
+from offload_lab.published.refclaims import CITES, declare_published, fmt_published
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_pct,
@@ -31,9 +36,7 @@ def published_figure(src: Sources, key: str) -> Any:
 
 
 def published_agent_verdict(src: Sources) -> dict[str, Any]:
-    """The published agent-turn table read with the same rule as a measured sweep (concurrency.sweep_verdict)."""
-    from offload_lab.experiments.concurrency.runner import sweep_verdict
-
+    """The published agent-turn table read with the same rule as a measured sweep (load.sweep.sweep_verdict)."""
     t = src.csv("agent_turns.csv")
     levels = t.rename(columns={"median_tok_s": "tok_s_median", "p5_tok_s": "tok_s_p5"})
     bar = float(published_figure(src, "bar_tok_s_per_stream"))
@@ -174,6 +177,26 @@ declare_published(SECTION, (
     ("stop_rule_errors", fmt_int), ("stop_rule_later_min_errors", fmt_int), ("e9_gpus", fmt_int),
     ("e9_usd_per_hour", "{:.2f}"), ("slowdown_causes", _WORDS), ("limit_quality_subsets", fmt_int),
 ))
+# The study's derived figures, the blog's and the statements the summary leaves out (configs/published/derived.yaml),
+# and the community page's (community-memory-math.yaml): printed as the source printed them.
+declare_published(SECTION, (
+    ("volume_devs_full", fmt_int), ("volume_devs_half", fmt_int), ("seats_alpha_1pct", fmt_int),
+    ("seats_alpha_5pct", fmt_int), ("blog_overlap_devs", fmt_int),
+    ("blog_overlap_streams", lambda v: "zero one two three four five six seven eight nine ten".split()[int(v)]),
+    ("pod_eur_per_month", fmt_int), ("subscriptions_per_pod", "{:.1f}"), ("subscriptions_per_pod_blog", fmt_int),
+    ("team_20_devs", fmt_int), ("team_20_pods", fmt_int), ("team_20_extra_eur", fmt_int),
+    ("team_100_pods", fmt_int), ("team_100_saving", fmt_pct(0)), ("team_250_pods", fmt_int),
+    ("team_250_saving", fmt_pct(0)), ("gsm8k_same_items", fmt_int), ("gsm8k_same_questions", "{}"),
+    ("context_ratio_long_short", fmt_int), ("context_slower_writing", fmt_pct(0)),
+    ("six_streams_margin_tok_s", fmt_int),
+    ("six_streams", lambda v: "zero one two three four five six seven eight nine ten".split()[int(v)].capitalize()), ("long_regimes_no_slower", "{}"),
+    ("paper_pages", fmt_int),
+    ("livebench_rank", lambda v: ("first" if int(v[0]) == 1 else f"number {int(v[0])}") + f" of {int(v[1])}"),
+    ("bf16_gb_from_parts", _1), ("four_agents_median_sum", fmt_int),
+    ("cmm_params_b", _1), ("cmm_native_gb", fmt_int), ("cmm_ladder_rule", "{}"), ("cmm_offload_rule", "{}"),
+    ("cmm_weights_warning", "{}"),
+    ("central_result", lambda v: f"{int(v[0])} by volume. {int(v[1])} by concurrency."),
+))
 
 
 @claim("pub.source_checked", experiment=PUB, files=["provenance.json"], fmt="{}", unit="")
@@ -200,17 +223,133 @@ def _pub_rigs(src: Sources) -> dict[str, Any]:
                                                        for _, r in t.iterrows()], "llr")
 
 
-@claim("pub.all_figures", experiment=PUB, files=["figures.json"], kind="table")
+REF_DERIVED = [f"{e}:derived.json" for e in ("ref_model", "ref_context", "ref_regimes", "ref_topology", "ref_quality",
+                                               "ref_campaign")]
+STUDY_FILES = ["capacity:volume.csv", "capacity:seats.csv", "capacity:inputs.json", "capacity:profile.json",
+               "cost:cost.json", "cost:costed_teams.csv"]
+_CLAIM_RE = re.compile(r"\{\{<\s*claim\s+(\S+)\s*>\}\}")
+# Prose this campaign does not print: the seat section's blocks for measured inputs (the reference campaign's inputs
+# are published).
+_MEASURED_SPAN = re.compile(r'\[[^\[\]]*\]\{\.when claim="capacity\.source" equals="measured"\}')
+_MEASURED_OPEN = '::: {.when claim="capacity.source" equals="measured"}'
+
+
+def _drop_measured(body: str) -> str:
+    out, depth = [], 0
+    for line in _MEASURED_SPAN.sub("", body).splitlines():
+        if depth == 0 and line.strip() == _MEASURED_OPEN:
+            depth = 1
+            continue
+        if depth:
+            if line.startswith(":::") and line.strip() != ":::":
+                depth += 1
+            elif line.strip() == ":::":
+                depth -= 1
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def printed_claims(campaign_dir: Path) -> set[str]:
+    """The claims this campaign's paper prints: those in the prose of every section whose experiments it ran (and
+    the paper's own blocks), leaving out what it drops for published inputs."""
+    present = {p.name for p in campaign_dir.iterdir() if p.is_dir() and any(p.iterdir())}
+    root = paths.find_root()
+    names: set[str] = set()
+    for f in fragments(root):
+        if f.experiments and not set(f.experiments) <= present:
+            continue
+        names |= set(_CLAIM_RE.findall(_drop_measured(f.body)))
+    names |= set(_CLAIM_RE.findall((root / "paper" / "paper.qmd").read_text(encoding="utf-8")))
+    return names
+
+
+def _recomputed(src: Sources, figures: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each published figure's recomputation as this paper prints it: a ref_* derived figure that compares with it,
+    or the seat and cost comparisons."""
+    out: dict[str, str] = {}
+    for name in REF_DERIVED:
+        if not src.has(name):
+            continue
+        for d in src.json(name)["figures"]:
+            key, v = d.get("compares"), d.get("value")
+            if key in figures and key not in out and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[key] = _like(v, figures[key])
+    for key, (name, derived) in ALSO_RECOMPUTED.items():
+        if key in figures and key not in out and src.has(name):
+            v = next((d["value"] for d in src.json(name)["figures"] if d["key"] == derived), None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[key] = _like(v, figures[key])
+    if all(src.has(f) for f in STUDY_FILES):
+        rows = (seat_comparisons(figures, src.csv("capacity:volume.csv"), src.csv("capacity:seats.csv"))
+                + cost_comparisons(figures, src.json("cost:cost.json"), src.csv("cost:costed_teams.csv")))
+        for c in rows:
+            out.setdefault(c.key, c.fmt(c.recomputed))
+        by = {c.key: c for c in rows}
+        if "volume_devs_full" in by and "seats_alpha_1pct" in by:
+            out.setdefault("central_result", f"{fmt_int(by['volume_devs_full'].recomputed)} and "
+                                             f"{fmt_int(by['seats_alpha_1pct'].recomputed)}")
+            out.setdefault("blog_overlap_devs", fmt_int(by["seats_alpha_1pct"].recomputed))
+        inputs = src.json("capacity:inputs.json")
+        if inputs.get("joint"):
+            out.setdefault("week_split_rate", f"{fmt_int(inputs['joint']['prefill_tok_s'])} (inferred)")
+        timing = src.json("capacity:profile.json")["computed"]
+        for key, field, fmt in (("week_hours_generating", "hours_generating", lambda v: f"{v:.2f}"),
+                                ("week_fraction_generating", "fraction_of_period", fmt_pct(1)),
+                                ("week_q", "q", fmt_pct(1))):
+            if key in figures:
+                out.setdefault(key, fmt(float(timing[field])))
+    return out
+
+
+# Published figures a ref_* derived figure recomputes besides the one it is compared with: (file, derived key).
+ALSO_RECOMPUTED = {
+    "bf16_gb_from_parts": ("ref_model:derived.json", "bf16_gb"),
+    "cmm_params_b": ("ref_model:derived.json", "params_community_b"),
+    "gsm8k_same_items": ("ref_quality:derived.json", "gsm8k_n"),
+    "six_streams_margin_tok_s": ("ref_regimes:derived.json", "margin_at_held"),
+}
+
+
+def _like(v: float, fig: dict[str, Any]) -> str:
+    """A recomputed value with the published one's decimals, or one more where it is not whole."""
+    printed = fig.get("as_published") or f"{fig['value']:g}"
+    if printed.endswith("%"):
+        return f"{100 * v:.{max(1, len(printed.rstrip('%').partition('.')[2]))}f}%"
+    decimals = len(printed.partition(".")[2])
+    if float(v).is_integer() and decimals == 0:
+        return fmt_int(v)
+    return f"{v:,.{max(decimals, 1)}f}"
+
+
+def _unit(unit: str, value: Any) -> str:
+    # "1 errors" reads wrong: a count of one takes the singular of a plain plural unit.
+    if value == 1 and re.fullmatch(r"[a-z]+s", unit or ""):
+        return unit[:-1]
+    return unit if len(unit or "") <= 24 else ""
+
+
+def _words(published: str) -> str:
+    """The source's words for a figure: its first quoted part, cut to a table row."""
+    text = published.split(" | ")[0].strip().strip('"')
+    return text if len(text) <= 60 else text[:58].rstrip(" ,(") + "…"
+
+
+@claim("pub.all_figures", experiment=PUB, files=["figures.json", *REF_DERIVED, *STUDY_FILES], kind="table")
 def _pub_all(src: Sources) -> dict[str, Any]:
-    """Every published figure of the transcription, its section, the value as printed and the claims that print it."""
+    """Every published figure of the transcriptions: the source's words, its section, the value as printed, this
+    project's recomputation where there is one, and the claims of this paper that print it."""
+    figures = {f["key"]: f for f in src.json("figures.json")}
+    recomputed = _recomputed(src, figures)
+    printed = printed_claims(src.run_dir.parent.parent)
     rows = []
-    for f in src.json("figures.json"):
+    for f in figures.values():
         shown = f.get("as_published") or fmt_published(f["value"])
         if f.get("qualifier") in ("about", "at_most"):
             shown = f"{f['qualifier'].replace('_', ' ')} {shown}"
         if len(shown) > 48:  # a list in words: the summary holds it in full; the table keeps its rows short
             shown = shown[:46].rstrip(" ,") + "…"
-        unit = f["unit"] if len(f["unit"] or "") <= 24 else ""
-        cited = ", ".join(sorted(CITES.get(f["key"], []))) or "this table only"
-        rows.append([words(f["key"]), f["section"].split(" (")[0], f"{shown} {unit}".strip(), cited])
-    return table_value(["Figure", "Section", "Published", "Printed by"], rows, "llll")
+        cited = ", ".join(sorted(c for c in CITES.get(f["key"], []) if c in printed)) or "this table only"
+        rows.append([_words(f["published"]), f["section"].split(" (")[0],
+                     f"{shown} {_unit(f['unit'], f['value'])}".strip(), recomputed.get(f["key"], ""), cited])
+    return table_value(["Published words", "Section", "Published", "Recomputed", "Printed by"], rows, "lllrl")

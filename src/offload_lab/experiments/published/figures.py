@@ -22,7 +22,7 @@ def published_agent_turns(src: Sources, ax: Any) -> None:
     ax.plot(t["streams"], t["median_tok_s"], marker="o", markersize=3.5, linewidth=1.4, color="#6a3d9a",
             label="median")
     ax.plot(t["streams"], t["p5_tok_s"], linestyle=":", linewidth=1.0, color="#6a3d9a", label="p5")
-    bar = float(figs.get("bar_tok_s_per_stream", 40))
+    bar = float(figs["bar_tok_s_per_stream"])  # the published bar: no stand-in when the transcription lacks it
     ax.axhline(bar, color="black", linestyle="--", linewidth=1.0, label="bar")
     margin = figs.get("provisioning_margin")
     if margin is not None:

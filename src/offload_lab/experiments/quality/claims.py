@@ -12,7 +12,7 @@ import functools
 from typing import Any, Callable
 
 from offload_lab.paper.claims import ClaimDef, NotApplicable, Sources
-from offload_lab.paper.formats import fmt_int
+from offload_lab.paper.formats import fmt_int, fmt_signed_decimals
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.quality import EXPERIMENT
 
@@ -27,9 +27,8 @@ AGREEMENT = "agreement.csv"
 AGREEMENT_ITEMS = "agreement_items.csv"
 
 
-def fmt_signed(value: Any) -> str:
-    # A true minus sign: Typst prints one for a hyphen before a digit, and the printed text must equal the claim's.
-    return f"{float(value):+.3f}".replace("-", "\u2212")
+# Signs are set in one place (paper.formats.fmt_signed): a true minus, and no sign on a figure that rounds to zero.
+fmt_signed = fmt_signed_decimals(3)
 
 
 def fmt_prop(value: Any) -> str:

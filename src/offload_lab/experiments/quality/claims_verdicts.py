@@ -116,6 +116,12 @@ def _q_sides(src: Sources) -> str:
     return "; ".join(words(r) for r in ("reference", "local"))
 
 
+@claim("quality.same_endpoint", experiment=QUALITY, files=["comparison.json"], fmt="{}", unit="")
+def _q_same(src: Sources) -> str:
+    """Whether both sides were one server ("yes"/"no"): an A/A check of the pipeline, or a comparison of two."""
+    return "yes" if src.json("comparison.json").get("same_endpoint") else "no"
+
+
 @claim("quality.benchmarks", experiment=QUALITY, files=["comparison.csv"], fmt=fmt_int, unit="benchmarks")
 def _q_n(src: Sources) -> int:
     """Benchmarks compared."""

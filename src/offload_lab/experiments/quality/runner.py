@@ -34,6 +34,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offload_lab.core import runs
+from offload_lab.core.bounds import MAX_SECONDS, Tokens
 from offload_lab.core.errors import InputError, ProducerError
 from offload_lab.quality import agreement as agree
 from offload_lab.quality import benchmarks as bench, canaries, compare as cmp, data, endpoints, humaneval, ifeval, paired
@@ -59,7 +60,7 @@ class QualityParams(BaseModel):
     benchmarks: list[str] = Field(default_factory=lambda: list(data.BENCHMARKS))
     limit: int | None = Field(None, ge=1, description="first N items of each fixed subset (a smoke run); None: all")
     replicates: int = Field(2, ge=1, description="times each side answers each item; 2 gives the noise floor")
-    max_tokens: dict[str, int] = Field(default_factory=dict, description="per benchmark; default 1024/1280/1024")
+    max_tokens: dict[str, Tokens] = Field(default_factory=dict, description="per benchmark; default 1024/1280/1024")
     local: dict[str, Any] = Field(default_factory=dict, description="EndpointSpec fields for the local side")
     reference: dict[str, Any] | None = Field(
         None, description="EndpointSpec fields (with url) for the reference API; None: the local server again")
@@ -68,7 +69,7 @@ class QualityParams(BaseModel):
     allow_download: bool = Field(False, description="download a data file the package does not ship")
     resamples: int = Field(paired.DEFAULT_RESAMPLES, ge=100)
     seed: int = 0
-    exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0)
+    exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     on_canary_failure: Literal["stop", "continue"] = Field(
         "stop", description="stop: skip the items of an invalid side; continue: send them, keep them unscored")
     side: Literal["both", "reference", "local"] = Field(
@@ -91,6 +92,17 @@ class QualityParams(BaseModel):
     def _roles(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         if v is not None and set(v) != set(ROLES):
             raise ValueError(f"compare_runs names the experiment of each role, {list(ROLES)}; got {sorted(v)}")
+        if v is not None and len(set(v.values())) < len(v):
+            raise ValueError(f"compare_runs compares a run with itself (both roles name {sorted(v.values())[0]}); "
+                             "name the two experiments whose side runs to compare")
+        return v
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _benchmarks_of_max_tokens(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = [b for b in v if b not in data.BENCHMARKS]
+        if unknown:
+            raise ValueError(f"max_tokens names {unknown}; give a count for some of {list(data.BENCHMARKS)}")
         return v
 
     @model_validator(mode="after")

@@ -1,10 +1,12 @@
-"""Claims of experiment ``ref_campaign``: one per derived figure (see :mod:`offload_lab.experiments.published.refclaims`)."""
+"""Claims of experiment ``ref_campaign``: one per derived figure (see :mod:`offload_lab.published.refclaims`)."""
 
 from __future__ import annotations
 
-from offload_lab.experiments.published.refclaims import declare_derived
-from offload_lab.paper.claims import ClaimDef
-from offload_lab.paper.formats import fmt_int, fmt_pct
+from typing import Any
+
+from offload_lab.published.refclaims import declare_derived
+from offload_lab.paper.claims import ClaimDef, Sources, claim
+from offload_lab.paper.formats import fmt_as_printed, fmt_int, fmt_pct, fmt_signed, table_value
 
 SECTION: dict[str, ClaimDef] = {}
 EXP = "ref_campaign"
@@ -27,5 +29,40 @@ SPECS = (
     ("pod_over_fastest_rig", "{:.1f}", "ratio", "The pod's single stream over the fastest home rig"),
     ("mm_smallest_gb", fmt_int, "GB", "Smallest weight size on the memory-math rule"),
     ("mm_largest_gb", fmt_int, "GB", "Largest weight size on the memory-math rule"),
+    ("page_rows", fmt_int, "rows", "Rows of the community page's memory-math table"),
+    ("page_smallest_agree", fmt_int, "rows", "Rows whose smallest common memory size is recomputed as printed"),
+    ("page_weight_max_diff_gb", fmt_signed("{:.1f}"), "GB", "The largest weight difference, recomputed less printed"),
+    ("page_weight_max_diff_pct", fmt_signed(lambda v: f"{100 * v:.2f}%"), "fraction",
+     "That difference as a share of the printed weight"),
+    ("page_weight_max_diff_format", "{}", "", "The format of that row"),
+    ("page_weights_within", fmt_int, "rows", "GGUF rows whose weight is within 0.5% of the printed one"),
+    ("page_gguf_rows", fmt_int, "rows", "GGUF rows of the page's table"),
+    ("native_gb_from_official", "{:,.1f}", "GB", "The native release's size, from the official checkpoint's GiB"),
+    ("rig_offload_gb", fmt_int, "GB", "GPU memory and system RAM of the page's rig that states both"),
+    ("rig_offload_build", "{}", "", "That rig"),
+    ("rig_smallest_gguf_gb", "{:,.1f}", "GB", "The smallest recomputed weight of the page's table"),
+    ("rig_holds_smallest", "{}", "", "Whether that rig holds it by the page's rule"),
 )
-declare_derived(SECTION, EXP, SPECS)
+declare_derived(SECTION, EXP, SPECS, compares={"native_gb_from_official": "cmm_native_gb"})
+
+
+def _gb(v: Any) -> str:
+    return "–" if v is None or v != v else f"{float(v):,.1f}"
+
+
+@claim("ref_campaign.page_table", experiment=EXP, files=["page_memory_math.csv"], kind="table", registry=SECTION)
+def _page_table(src: Sources) -> dict[str, Any]:
+    """The community page's memory-math table, each printed row beside its recomputation on the page's rule and
+    ladder (offload-lab memory-math --ladder community-page)."""
+    t = src.csv("page_memory_math.csv")
+    signed = fmt_signed("{:.1f}")
+    rows = []
+    for _, r in t.iterrows():
+        bits = "–" if r["bits_per_weight"] != r["bits_per_weight"] else f"{r['bits_per_weight']:.2f}"
+        native = r["bits_per_weight"] != r["bits_per_weight"]  # no bits per weight: the page prints "≈511 GB"
+        printed = f"about {fmt_as_printed(r['printed_weight_gb'])}" if native else _gb(r["printed_weight_gb"])
+        diff = "–" if r["weight_difference_gb"] != r["weight_difference_gb"] else signed(r["weight_difference_gb"])
+        rows.append([str(r["format"]), bits, printed, _gb(r["weight_gb"]), diff,
+                     fmt_int(r["printed_smallest_memory_gb"]), fmt_int(r["smallest_memory_gb"])])
+    return table_value(["Format", "Bits/weight", "Printed GB", "Recomputed GB", "Difference",
+                        "Printed smallest GB", "Recomputed smallest GB"], rows, "lrrrrrr")

@@ -14,11 +14,16 @@ from typing import Any
 import pandas as pd
 
 from offload_lab.core import runs
-from offload_lab.experiments.published import runner as published
-from offload_lab.experiments.published.derive import Derivation, Derived, run_reference
+from offload_lab.published import transcription as published
+from offload_lab.published.derive import Derivation, Derived, run_reference
 
 EXPERIMENT = "ref_context"
 K = 1024  # "4K", "128K", "256K": binary thousands, the convention of context lengths (an assumption, stated)
+
+
+def _compares(pub: published.Published, key: str) -> dict[str, str]:
+    # The paper's statements (configs/published/derived.yaml) are in a published run that transcribed them.
+    return {"compares": key} if key in pub.figures else {}
 
 
 def derive(pub: published.Published, params: dict[str, Any]) -> Derivation:
@@ -28,9 +33,12 @@ def derive(pub: published.Published, params: dict[str, Any]) -> Derivation:
     p128, p260 = t128 / n("ttft_128k_s"), n("prefill_prompt_tokens") / n("prefill_ttft_s")
     f = [
         Derived("context_ratio", long_ / short, "times", "longest over shortest prompt of the TPOT figures",
-                ["tpot_4k_prompt_k", "tpot_256k_prompt_k"]),
+                ["tpot_4k_prompt_k", "tpot_256k_prompt_k"], **_compares(pub, "context_ratio_long_short")),
         Derived("tpot_ratio", n("tpot_256k_ms") / n("tpot_4k_ms"), "ratio", "median TPOT at 256K over that at 4K",
                 ["tpot_256k_ms", "tpot_4k_ms"]),
+        Derived("slower_writing", n("tpot_256k_ms") / n("tpot_4k_ms") - 1, "fraction",
+                "how much longer a token takes after 256K than after 4K", ["tpot_256k_ms", "tpot_4k_ms"],
+                **_compares(pub, "context_slower_writing")),
         Derived("tpot_growth_per_doubling", (n("tpot_256k_ms") / n("tpot_4k_ms")) ** (1 / 6) - 1, "fraction",
                 "the TPOT ratio spread evenly over the doublings from 4K to 256K", ["tpot_256k_ms", "tpot_4k_ms"]),
         Derived("decode_tok_s_4k", 1000 / n("tpot_4k_ms"), "tokens/s", "1,000 / median TPOT at 4K", ["tpot_4k_ms"]),

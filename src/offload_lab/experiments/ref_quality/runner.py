@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 
 from offload_lab.core import runs
-from offload_lab.experiments.published import runner as published
-from offload_lab.experiments.published.derive import Derivation, Derived, run_reference
+from offload_lab.published import transcription as published
+from offload_lab.published.derive import Derivation, Derived, run_reference
 from offload_lab.quality import paired
 
 EXPERIMENT = "ref_quality"
@@ -109,7 +109,39 @@ def derive(pub: published.Published, params: dict[str, Any]) -> Derivation:
             Derived(f"{key}_flip_wilson_high", float(row["flip_wilson_high"]), "fraction",
                     "Wilson interval of the flip fraction, high end", uses),
         ]
+    figs += absolute_scores(pub, q)
     return Derivation(figs, {"consistent_counts": table})
+
+
+def absolute_scores(pub: published.Published, q: pd.DataFrame) -> list[Derived]:
+    """GSM8K's published accuracies (0.960 on both sides) recounted from its items, and the blog's absolute scores
+    (whole percent) set against the paper's differences: each blog difference carries a point of rounding either
+    way, and the paper's difference should lie inside it."""
+    figs: list[Derived] = []
+    g = q.loc["GSM8K"]
+    if not pd.isna(g["local"]):
+        n = int(g["items"])
+        for side in ("local", "reference"):
+            right = round(float(g[side]) * n)
+            figs.append(Derived(f"gsm8k_{side}_accuracy", right / n, "accuracy",
+                                f"items right on the {side} side over items, every item the same outcome",
+                                ["quality"], published=float(g[side])))
+    if "blog_quality" not in pub.manifest.get("files", {}) and not (pub.run_dir / "blog_quality.csv").is_file():
+        return figs
+    blog = pub.table("blog_quality").set_index("subset")
+    for bench, r in blog.iterrows():
+        key = str(bench).lower()
+        diff = float(r["local"]) - float(r["vendor"])
+        paper = q.loc[bench, "difference"] if bench in q.index else None
+        paper = 0.0 if bench == "GSM8K" else (None if paper is None or pd.isna(paper) else float(paper))
+        lo, hi = diff - 0.01, diff + 0.01  # each score rounded to a whole percent: half a point either way, twice
+        figs.append(Derived(f"{key}_blog_diff", diff, "difference", "the blog's local score less the vendor's",
+                            ["blog_quality"], low=lo, high=hi))
+        if paper is not None:
+            figs.append(Derived(f"{key}_blog_agrees", "inside" if lo <= paper <= hi else "outside", "",
+                                "whether the paper's difference lies within the blog's, at its rounding",
+                                ["blog_quality", "quality"]))
+    return figs
 
 
 def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from offload_lab.core import runs
-from offload_lab.experiments.published import runner as published
-from offload_lab.experiments.published.derive import Derivation, Derived, figure_list, run_reference
+from offload_lab.published import transcription as published
+from offload_lab.published.derive import Derivation, Derived, figure_list, run_reference
 from offload_lab.seats import capacity
 
 EXPERIMENT = "ref_regimes"
@@ -32,9 +32,14 @@ def derive(pub: published.Published, params: dict[str, Any]) -> Derivation:
     f = [
         Derived("bar_ms", 1000 / bar, "ms", "1,000 / the bar in tokens/s", ["bar_tok_s_per_stream"],
                 compares="bar_ms_per_token"),
+        # The published "kept the bar at 4" is every regime's; the agent regime alone, read level by level, holds it
+        # further: its published counterpart is "six agent streams cleared 40 by less than one token per second".
         Derived("held_up_to", int(held.max()) if len(held) else 0, "streams",
                 "most agents whose published median holds the bar", ["agent_turns", "bar_tok_s_per_stream"],
-                compares="bar_kept_streams"),
+                **({"compares": "six_streams"} if "six_streams" in pub.figures else {})),
+        Derived("margin_at_held", float(t[t["streams"] == int(held.max())]["median_tok_s"].iloc[0]) - bar
+                if len(held) else 0.0, "tokens/s", "the published median at that level less the bar",
+                ["agent_turns", "bar_tok_s_per_stream"]),
         Derived("first_below", int(below.min()) if len(below) else 0, "streams",
                 "first published level whose median is below the bar", ["agent_turns", "bar_tok_s_per_stream"]),
         Derived("lost_low", float(lost[0]), "streams", "low end of the published range where the bar was lost",
@@ -43,9 +48,12 @@ def derive(pub: published.Published, params: dict[str, Any]) -> Derivation:
         Derived("provisioning", capacity.streams_at_bar(t["streams"], t["median_tok_s"], bar, margin), "streams",
                 "most agents whose median clears the bar with the published margin",
                 ["agent_turns", "bar_tok_s_per_stream", "provisioning_margin"], compares="provisioning_streams"),
+        # Not a recomputation of the published 168 tok/s total: a median per stream is taken over the time a stream
+        # writes, the server's total over all the time. It recomputes the derived file's 4 x 59 = 236.
         Derived("total_at_four", four * n("agents_4_streams"), "tokens/s", "per-agent median at four agents × four",
-                ["agent_turns", "agents_4_streams"], compares="agents_4_total_tok_s",
-                note="a median per stream is taken over the time a stream writes, a total over all the time"),
+                ["agent_turns", "agents_4_streams"],
+                **({"compares": "four_agents_median_sum"} if "four_agents_median_sum" in pub.figures else {}),
+                note="a different quantity from the published total of 168 tok/s (the server's output over the run)"),
         Derived("falloff_four", 1 - four / one, "fraction", "drop of the per-agent median from one agent to four",
                 ["agent_turns"]),
         Derived("reply_s_alone", n("agent_reply_tokens") / one, "s", "a reply's tokens over one agent's median rate",

@@ -1,8 +1,8 @@
-"""Claims of experiment ``ref_topology``: one per derived figure (see :mod:`offload_lab.experiments.published.refclaims`)."""
+"""Claims of experiment ``ref_topology``: one per derived figure (see :mod:`offload_lab.published.refclaims`)."""
 
 from __future__ import annotations
 
-from offload_lab.experiments.published.refclaims import declare_derived
+from offload_lab.published.refclaims import declare_derived
 from offload_lab.paper.claims import ClaimDef
 from offload_lab.paper.formats import fmt_pct
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from offload_lab.core import runs
-from offload_lab.experiments.published import runner as published
-from offload_lab.experiments.published.derive import Derivation, Derived, figure_list, run_reference
+from offload_lab.published import transcription as published
+from offload_lab.published.derive import Derivation, Derived, figure_list, run_reference
 
 EXPERIMENT = "ref_topology"
 

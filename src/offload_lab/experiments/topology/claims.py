@@ -7,11 +7,11 @@ import functools
 from typing import Any
 
 
-from offload_lab.experiments.boots.claims import BOOTS, boot_records
-from offload_lab.experiments.context.tables import SUMMARY, context_summary
+from offload_lab.load.context_summary import SUMMARY, context_summary
 from offload_lab.paper.claims import ClaimDef, RunSet, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_ratio, plural, table_value)
+from offload_lab.server.boots import BOOTS, boot_records
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -83,17 +83,13 @@ def _topo_verdict(src: Sources) -> str:
     return f"its GPUs sit under one CPU socket ({link}), the layout the study found faster"
 
 
-@claim("topology.comparison", experiment="context", files=[SUMMARY, "manifest.json"], scope="all", fmt="{}",
-       unit="")
-def _topo_compare(src: RunSet) -> str:
-    """Median TPOT on the slowest machine over the fastest, per context length, where the context experiment ran on
-    more than one machine; else says so."""
+def _compare(src: RunSet, experiment: str) -> str:
     latest: dict[str, Sources] = {}
     for s in src:
         if s.outcome == "ok":
             latest[(s.manifest.get("environment") or {}).get("hostname_hash") or "?"] = s
     if len(latest) < 2:
-        return "not possible here: the context experiment ran on one machine"
+        return f"not possible here: the {experiment} experiment ran on one machine"
     frames = [context_summary(s).set_index("context_tokens")["tpot_median_ms"] for s in latest.values()]
     common = sorted(set.intersection(*(set(f.index) for f in frames)))
     if not common:
@@ -101,6 +97,24 @@ def _topo_compare(src: RunSet) -> str:
     ratios = [max(f[n] for f in frames) / min(f[n] for f in frames) for n in common]
     return (f"possible: the slowest machine's median TPOT was {fmt_ratio(min(ratios))} to {fmt_ratio(max(ratios))} the "
             f"fastest's over {len(common)} context lengths on {len(latest)} machines")
+
+
+# The comparison reads whichever context experiment the campaign ran: `context` (the study's campaign, one pod per
+# `--only context` run) or `context_repeat` (a repeat-boot campaign split over pods, a boot per machine). The section
+# prints each one present.
+@claim("topology.comparison", experiment="context", files=[SUMMARY, "manifest.json"], scope="all", fmt="{}",
+       unit="")
+def _topo_compare(src: RunSet) -> str:
+    """Median TPOT on the slowest machine over the fastest, per context length, where the context experiment ran on
+    more than one machine; else says so."""
+    return _compare(src, "context")
+
+
+@claim("topology.comparison_repeat", experiment="context_repeat", files=[SUMMARY, "manifest.json"], scope="all",
+       fmt="{}", unit="")
+def _topo_compare_repeat(src: RunSet) -> str:
+    """The same over the runs of context_repeat (a repeat-boot campaign, e.g. its boots spread over pods)."""
+    return _compare(src, "context_repeat")
 
 
 # ====================================================================================================================

@@ -1,0 +1,44 @@
+"""What a comparison with the peers asks for (:mod:`offload_lab.bench.compare` runs it): its parameters and their
+defaults, the agreement tolerance and the figures never compared. Light to import: the CLI builds its flags from it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PEER_NAMES = ("vllm", "aiperf", "guidellm")
+AGREE_WITHIN = 0.03
+MIN_ROUNDS = 4
+CacheMode = Literal["cold", "shared"]
+
+# Figures the tools name alike but measure differently: reported by each tool, never compared.
+NOT_COMPARABLE: dict[str, str] = {
+    "aiperf inter_chunk_latency": (
+        "gaps between network reads, not between tokens: a read that carries two SSE events is one gap, so it "
+        "counts fewer gaps than tokens"),
+    "guidellm time_per_output_token_ms": "(last token - request start) / tokens: it includes the TTFT",
+    "vllm itl": ("gaps between SSE messages as vLLM's tool assembles them: messages that one read carries share "
+                 "one time stamp (a zero gap)"),
+    "p99 of any latency": ("a few requests a window; every tool's p99 is its slowest request or two, so only "
+                           "means (which the server's histograms also give) are compared"),
+}
+
+
+class CompareParams(BaseModel):
+    """One comparison; a default lives here only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[str] = Field(default_factory=lambda: list(PEER_NAMES))
+    # Longer than one KV block (128 on vLLM's CPU backend), so that a prefix hit is possible and the cache check
+    # has something to find; with 128-token prompts no block can ever hit and the check is empty.
+    input_len: int = Field(320, ge=4)
+    output_len: int = Field(64, ge=2)
+    num_prompts: int = Field(16, ge=1)
+    concurrency: int = Field(1, ge=1)
+    # Mirrored rounds come in pairs; four or more for a figure anyone quotes (a test may run two).
+    rounds: int = Field(MIN_ROUNDS, ge=2)
+    cache: CacheMode = "cold"
+    # shared: whole blocks of a primed prefix in every prompt of a window (fresh per tool and round).
+    shared_blocks: int = Field(1, ge=1)
