@@ -23,7 +23,7 @@ run: envs model campaign paper  ## install, build the tiny model, run the embedd
 	@echo "data:              $(DATA)/$(CAMPAIGN)/"
 	@echo "output notebooks:  $(DATA)/$(CAMPAIGN)/*/*/notebook.ipynb"
 
-test: envs sky-env  ## install what the tests need and run them (the layer contracts first, then pytest)
+test: envs sky-env peers-env  ## install what the tests need and run them (the layer contracts first, then pytest)
 	$(LAB)/bin/lint-imports
 	$(LAB_PY) -m pytest -ra $(PYTEST_ARGS)
 

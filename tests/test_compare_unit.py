@@ -42,7 +42,8 @@ def test_bad_tools_and_a_prefix_longer_than_the_prompt_are_refused():
         compare.check_params(CompareParams(tools=["vllm", "locust"]), 128)
     with pytest.raises(InputError, match="not longer than the shared prefix"):
         compare.check_params(CompareParams(cache="shared", shared_blocks=3, input_len=320), 128)
-    assert CompareParams().input_len > 128  # longer than a CPU KV block: a hit is possible, so the check means something
+    # longer than a CPU KV block: a hit is possible, so the cache check means something
+    assert CompareParams().input_len > 128
 
 
 def _server(**over):
@@ -83,7 +84,8 @@ def test_a_verdict_per_peer_and_figure():
     assert v[("vllm", "ttft_ratio")]["verdict"] == "agree" and v[("vllm", "tpot_ratio")]["verdict"] == "agree"
     assert v[("aiperf", "ttft_ratio")]["verdict"] == "differ"
     assert abs(v[("aiperf", "ttft_ratio")]["difference"]) > AGREE_WITHIN
-    assert v[("guidellm", "tpot_ratio")]["verdict"] == "refused" and "server finished" in v[("guidellm", "tpot_ratio")]["reason"]
+    refused = v[("guidellm", "tpot_ratio")]
+    assert refused["verdict"] == "refused" and "server finished" in refused["reason"]
     assert "aiperf inter_chunk_latency" in out["not_comparable"]
     assert "\nnot compared:" in compare.table({**CompareParams().model_dump(), **out})
 

@@ -162,3 +162,25 @@ def test_plots_choose_no_backend(data: Path) -> None:
     # No module of the library picks a backend: the notebook's inline one stays in charge.
     offenders = [str(p) for p in (REPO_ROOT / "src").rglob("*.py") if "matplotlib.use(" in p.read_text()]
     assert offenders == []
+
+
+def test_load_experiments_get_percentiles_per_level_and_distributions(data: Path) -> None:
+    # As `vllm bench serve` and GuideLLM report a load run: p50/p90/p95/p99 of TTFT, TPOT, ITL per level.
+    t = explore.load_campaign("embedded-fixture", data)
+    table = explore.experiment_tables(t, "context")[explore.LATENCY_TABLE]
+    assert {"TTFT (ms)", "TPOT (ms)"} <= set(table["metric"])
+    assert {"p50", "p90", "p95", "p99", "n"} <= set(table.columns)
+    assert (table["p50"] <= table["p90"]).all() and (table["p95"] <= table["p99"]).all()
+    assert len(explore.figures(t, "context")) == 2  # the sweep's picture, then its latency distributions
+
+
+def test_every_explore_figure_has_a_title_and_a_legend_over_nothing(data: Path) -> None:
+    from offload_lab.paper.figures import legend_covers, legend_problems
+
+    t = explore.load_campaign("embedded-fixture", data)
+    for experiment in explore.experiments(t):
+        for fig in explore.figures(t, experiment):
+            titled = fig._suptitle is not None or any(ax.get_title(loc="left") or ax.get_title() for ax in fig.axes)
+            assert titled, experiment
+            assert legend_covers(fig) + legend_problems(fig) == [], experiment
+            assert all(ax.get_xlabel() or ax.get_yticklabels() for ax in fig.axes), experiment

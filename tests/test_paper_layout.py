@@ -39,11 +39,26 @@ def test_a_value_in_a_narrow_column_is_a_tall_cell(tmp_path: Path) -> None:
 
 
 def test_a_key_wider_than_its_column_is_printed_over_its_value(tmp_path: Path) -> None:
-    key = "`plan.tiny.activation_aware.host_share.heldout`"
+    # A name with no place to break (the header breaks long names after "_", "/" and "."): a sha256 prefix.
+    key = "`bc7ce1a678c8a6742d26abb1311854071e42a34c`"
     pdf = _pdf(tmp_path, _table("(16%, 10%, 74%)", [(key, "25%", "percent")]))
     problems = pdf_layout_problems(pdf)
     assert problems and all("printed over each other" in p for p in problems)
-    assert "heldout" in problems[0]
+    assert "bc7ce1a678c8" in problems[0]
+
+
+def test_a_long_name_in_a_cell_breaks_and_a_short_one_or_a_number_does_not(tmp_path: Path) -> None:
+    # The extension's tables.lua, as both renderers run it: sized from content, long names breakable in Typst.
+    import pypandoc
+
+    table = "| Printed by | Value |\n|:--|--:|\n| ref_model.params_community_b | 1,526.7 |\n| short_name | 2.5 |\n"
+    lua = REPO_ROOT / "_extensions" / "claim" / "tables.lua"
+    typ = pypandoc.convert_text(table, "typst", format="markdown", filters=[str(lua)])
+    assert "columns: 2," in typ and "ref\\_#sym.zws;model.#sym.zws;params" in typ
+    assert "short\\_name" in typ and "[1,526.7]" in typ
+    key = "ref\\_model.params\\_community\\_b"
+    html = pypandoc.convert_text(table, "html", format="markdown", filters=[str(lua)])
+    assert "ref_model.params_community_b" in html and "zws" not in html and key not in html
 
 
 def test_a_table_sized_from_its_content_and_a_paragraph_pass(tmp_path: Path) -> None:

@@ -321,14 +321,15 @@ def test_a_deleted_cited_run_fails_a_frozen_build_and_a_plain_one_says_what_it_f
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "data"], check=True)
-    first = paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
+    html = {"use_quarto": False, "formats": ("html",)}  # the lock is the same without the PDF, and cheaper
+    first = paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, **html)
     cited = json.loads(first.lock.read_text())["runs"]["context"]
     assert Path(cited).name == "20260101T001000Z-c00001" and first.fallbacks == []
     shutil.rmtree(cited)
     with pytest.raises(ClaimError, match=r"(?s)--frozen.*context: the locked run .*c00001 is gone.*c00000"):
-        paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, use_quarto=False, frozen=True)
+        paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, frozen=True, **html)
     with pytest.raises(ClaimError, match=r"committed but gone from the working tree"):  # no lock: git says it
-        paper.build_paper("embedded-fixture", data, tmp_path / "fresh", REPO_ROOT, use_quarto=False, frozen=True)
-    plain = paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, use_quarto=False)
+        paper.build_paper("embedded-fixture", data, tmp_path / "fresh", REPO_ROOT, frozen=True, **html)
+    plain = paper.build_paper("embedded-fixture", data, tmp_path / "out", REPO_ROOT, **html)
     assert any("c00001 is gone" in f and older.name in f for f in plain.fallbacks)
     assert json.loads(plain.lock.read_text())["runs"]["context"] == str(older)

@@ -13,6 +13,7 @@ from pypdf import PdfReader
 from offload_lab.paper import claims
 from offload_lab.experiments.capacity import claims as claims_capacity
 from offload_lab.experiments.capacity import claims_sources
+from offload_lab.experiments.capacity import claims_study
 from offload_lab.experiments.capacity import figures as figures_capacity
 from offload_lab.paper import build as paper
 from offload_lab.core import runs
@@ -27,7 +28,8 @@ def test_section_has_no_typed_numeral_and_uses_only_its_own_claims():
     assert paper.lint_source([SECTION]) == []
     used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", SECTION.read_text()))
     # Its own claims, and published figures printed as they are (pub.*: experiments/published/claims.py).
-    own = set(claims_capacity.SECTION) | set(claims_sources.SECTION) | {n for n in used if n.startswith("pub.")}
+    own = (set(claims_capacity.SECTION) | set(claims_sources.SECTION) | set(claims_study.SECTION)
+           | {n for n in used if n.startswith(("pub.", "published."))})
     assert used <= own, sorted(used - own)
     assert set(ISSUE_CLAIMS) <= used
 

@@ -11,7 +11,7 @@ import pytest
 from offload_lab.core.errors import InputError
 from offload_lab.experiments.notebook import params_model
 from offload_lab.paper import discovery, sections
-from offload_lab.paper.source import paper_sources
+from offload_lab.paper.qmd import paper_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = re.compile(r"\{\.setup\s+([^{}]*)\}")

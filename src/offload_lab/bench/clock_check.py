@@ -10,6 +10,8 @@ configuration (worker processes, deferred parsing), source rate and stream count
 - the per-token timing error, arrival stamp minus the source's send stamp (same monotonic clock), p50/p99/max; the
   span error (last token's error minus the first's: what moves tok/s and TPOT) and the first token's error;
 - each worker's loop lag and CPU, and the source's CPU (from ``/proc``) over the level;
+- bounds on what the client's error can do to a reported percentile: ``first_token_error_ms_p99`` for a TTFT
+  percentile, ``itl_error_ms_p99`` (a gap's error: the difference of its two tokens') for an ITL percentile;
 - a verdict per level against :data:`TARGETS`: ``pass`` when every figure is within its target, else ``miss`` with
   the figures that missed (column ``missed``).
 """
@@ -144,14 +146,16 @@ def run_clock_check(run: runs.Run, streams: list[int], rate_tok_s: float = 50.0,
 
 def _errors_ms(reqs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Per-token, first-token and span (last minus first) stamp errors, in ms."""
-    per_token, first, span = [], [], []
+    per_token, first, span, gap = [], [], [], []
     for e in reqs:
         err = [(a - s) / 1e6 for a, s in zip(e["token_times_ns"], e["server_sent_ns"])]
         if err:
             per_token += err
             first.append(err[0])
             span.append(err[-1] - err[0])
-    return {k: np.asarray(v) for k, v in (("token", per_token), ("first", first), ("span", span))}
+            # an inter-token gap is off by the difference of its two tokens' errors
+            gap += [abs(b - a) for a, b in zip(err, err[1:])]
+    return {k: np.asarray(v) for k, v in (("token", per_token), ("first", first), ("span", span), ("gap", gap))}
 
 
 def _client_rate_error(e: dict[str, Any]) -> float | None:
@@ -193,6 +197,9 @@ def summarize(events: list[dict[str, Any]], rate_tok_s: float) -> pd.DataFrame:
             "token_error_ms_max": float(err["token"].max()) if err["token"].size else None,
             "span_error_ms_p99": _q(err["span"], 99),
             "first_token_error_ms_p50": _q(err["first"], 50), "first_token_error_ms_p99": _q(err["first"], 99),
+            # What the client's error can do to a reported percentile at this level: a TTFT percentile moves by at
+            # most the first token's p99 error, an ITL percentile by the p99 of a gap's error (issue 25).
+            "itl_error_ms_p99": _q(err["gap"], 99),
             "tokens_timed": int(err["token"].size),
             "lag_ms_p99": lv.get("lag_ms_p99"),
             "worker_cpu_max": max((w.get("cpu_util") or 0.0 for w in workers), default=None),

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from offload_lab.bench import peers
-from offload_lab.bench.compare_spec import AGREE_WITHIN, NOT_COMPARABLE, CompareParams
+from offload_lab.bench.compare_spec import AGREE_WITHIN, NOT_COMPARABLE, CompareParams, check_tools
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError, ProducerError
 from offload_lab.load import client as load
@@ -54,10 +54,7 @@ def round_order(tools: list[str], r: int) -> list[str]:
 
 
 def check_params(p: CompareParams, block: int) -> None:
-    unknown = [t for t in p.tools if t not in peers.PEERS]
-    if unknown:
-        raise InputError(f"--tools {','.join(p.tools)!r}: unknown tool(s) {unknown}; choose from "
-                         f"{', '.join(peers.PEERS)} (this load generator always runs)")
+    check_tools(p.tools)
     if p.cache == "shared" and p.input_len <= p.shared_blocks * block:
         raise InputError(f"--input-len {p.input_len} is not longer than the shared prefix of {p.shared_blocks} "
                          f"block(s) of {block} tokens; ask for more than {p.shared_blocks * block} tokens")

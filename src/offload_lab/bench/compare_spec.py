@@ -42,3 +42,14 @@ class CompareParams(BaseModel):
     cache: CacheMode = "cold"
     # shared: whole blocks of a primed prefix in every prompt of a window (fresh per tool and round).
     shared_blocks: int = Field(1, ge=1)
+
+
+def check_tools(tools: list[str]) -> list[str]:
+    """The peers named, or a clear error naming the flag (before any server is asked anything)."""
+    from offload_lab.core.errors import InputError
+
+    unknown = [t for t in tools if t not in PEER_NAMES]
+    if unknown or not tools:
+        raise InputError(f"--tools {','.join(tools)!r}: unknown tool(s) {unknown or '(none given)'}; choose from "
+                         f"{', '.join(PEER_NAMES)} (this load generator always runs)")
+    return tools

@@ -1,5 +1,6 @@
 """Subcommands of the load generator and its checks: ``bench`` (closed-loop streams, or an open-loop schedule),
-``clock-check``, ``compare`` (and its alias ``compare-vllm``), ``scrape-cost`` and ``bench-data`` (regenerates ``data/bench/``). Handlers and
+``clock-check``, ``compare`` (and its alias ``compare-vllm``), ``scrape-cost`` and ``bench-data`` (regenerates
+``data/bench/``). Handlers and
 help texts live here, so that the shared CLI module only gains a call to :func:`add_parsers`."""
 
 from __future__ import annotations
@@ -60,6 +61,28 @@ def _new_run(args: argparse.Namespace, experiment: str, params: dict[str, Any], 
                         **extra)
 
 
+class _Silent:
+    """A progress sink that says nothing: with --json, stdout holds the JSON document only."""
+
+    def count(self, label: str, done: int, total: int, unit: str) -> None:
+        pass
+
+    def phase(self, label: str, text: str) -> None:
+        pass
+
+    def end(self, label: str, text: str = "") -> None:
+        pass
+
+
+def _quiet(args: argparse.Namespace) -> Any:
+    """Around a measurement: the library's progress lines go nowhere when the output is --json."""
+    import contextlib
+
+    from offload_lab.core import progress
+
+    return progress.to(_Silent()) if args.json else contextlib.nullcontext()
+
+
 def _show(args: argparse.Namespace, run: Any, payload: dict[str, Any], table: Any = None, fmt: str = ".4g") -> None:
     if args.json:
         _print_json({"run": str(run.path), **payload})
@@ -100,7 +123,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bar_tok_s=args.bar, margin=args.margin, stop_rule=rule, workers=args.workers,
         defer_parse=not args.parse_inline)
     run = _new_run(args, "concurrency", params.model_dump(mode="json"), server=endpoint.record())
-    with runs.finishing(run, stopped=(KeyboardInterrupt, concurrency.SweepStopped)):
+    with runs.finishing(run, stopped=(KeyboardInterrupt, concurrency.SweepStopped)), _quiet(args):
         verdict = concurrency.run_sweep(run, endpoint, params, progress=None if args.json else print)
     levels = concurrency.summarize_run(run.path)
     cols = ["streams", "workers", "ok_in_window", "achieved_concurrency", "tok_s_median", "tok_s_p5",
@@ -123,7 +146,7 @@ def _bench_open(args: argparse.Namespace, endpoint: Any, spec: Any, rule: Any) -
     run = _new_run(args, open_bench.EXPERIMENT, {"workload": spec.model_dump(mode="json"),
                                                  **params.model_dump(mode="json"), "bar_tok_s": args.bar},
                    server=endpoint.record())
-    with runs.finishing(run):
+    with runs.finishing(run), _quiet(args):
         table = open_bench.run_rates(run, endpoint, spec, params, args.bar, args.workers, stop_rule=rule,
                                      progress=None if args.json else print)
     cols = ["rate_rps", "achieved_rps", "ok", "tok_s_median", "send_late_ms_p99", "ttft_ms_p50_send",
@@ -147,12 +170,13 @@ def cmd_clock_check(args: argparse.Namespace) -> int:
     run = _new_run(args, clock_check.EXPERIMENT,
                    {"streams": streams, "rates_tok_s": rates, "ttft_ms": args.ttft_ms, "tokens": args.tokens,
                     "requests_per_stream": args.requests_per_stream, "clients": [c.name for c in clients]})
-    with runs.finishing(run):
+    with runs.finishing(run), _quiet(args):
         summary = clock_check.run_clock_check(run, streams, rates[0], args.ttft_ms, args.tokens,
                                               args.requests_per_stream, progress=None if args.json else print,
                                               clients=clients, rates=rates)
     cols = ["client", "rate_tok_s", "streams", "tok_s_error", "client_rate_error_median", "token_error_ms_p50",
-            "token_error_ms_p99", "token_error_ms_max", "lag_ms_p99", "worker_cpu_max", "verdict"]
+            "token_error_ms_p99", "first_token_error_ms_p99", "itl_error_ms_p99", "lag_ms_p99", "worker_cpu_max",
+            "verdict"]
     _show(args, run, {"levels": summary.to_dict(orient="records"), "targets": clock_check.TARGETS}, summary[cols])
     if not args.json:
         print("targets (absolute): " + ", ".join(f"{k} <= {v:g}" for k, v in clock_check.TARGETS.items()))
@@ -169,14 +193,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     st = stack.load_stack(args.stack)
     params = compare.CompareParams(
-        tools=[t.strip() for t in args.tools.split(",") if t.strip()], input_len=args.input_len,
+        tools=compare.check_tools([t.strip() for t in args.tools.split(",") if t.strip()]), input_len=args.input_len,
         output_len=args.output_len, num_prompts=args.num_prompts, concurrency=args.concurrency, rounds=args.rounds,
         cache=args.cache, shared_blocks=args.shared_blocks)
     endpoint = Endpoint(args.url)
     model = endpoint.first_model()
     run = _new_run(args, compare.EXPERIMENT, params.model_dump(mode="json"), server=endpoint.record(),
                    stack=st.record())
-    with runs.finishing(run):
+    with runs.finishing(run), _quiet(args):
         out = compare.compare(run, endpoint, st.python, model, str(st.model_path), params,
                               server_cpus=st.spec.server.cpus, progress=None if args.json else print)
     _show(args, run, out)
@@ -356,18 +380,20 @@ def add_parsers(sub: Any) -> None:
             "configuration at each stream count, and report the rate and TPOT errors, the client-only rate error, "
             "the per-token timing error (arrival minus the source's send stamp, same monotonic clock), each "
             "worker's lag and CPU, the source's CPU, and a verdict per level (pass, or miss naming the figures over "
-            "their targets, which it prints: rate error, client-only rate error, per-token p99 error). The newest ok run "
-            "under data/bench/clock_check/ calibrates the client-health verdict of every sweep.", CLOCK_FLAGS, cmd_clock_check)
+            "their targets, which it prints: rate error, client-only rate error, per-token p99 error). The newest "
+            "ok run under data/bench/clock_check/ calibrates the client-health verdict of every sweep.", CLOCK_FLAGS,
+            cmd_clock_check)
     compare_text = (
         "Run this load generator and its peers (`vllm bench serve` from the stack's server environment, AIPerf and "
-        "GuideLLM from their own, made by `make peers-env`) on the same server in rounds of mirrored order (at "
-        "least four), each tool and round with fresh prompts of the same shape, on the CPUs the server does not "
+        "GuideLLM from their own, made by `make peers-env`) on the same server in rounds of mirrored order (four "
+        "by default), each tool and round with fresh prompts of the same shape, on the CPUs the server does not "
         "use. Each tool's window is divided by the server's own TTFT and TPOT histograms (/metrics, scraped just "
         "before and after it), and checked on the server: requests finished, tokens generated, prompt tokens "
         "served from cache. Prints each tool's ratios to the server and the TTFT it adds, a verdict per peer and "
         "figure (agree within 3%, differ, or refused with the reason), and the figures that are not comparable "
         "and why. Run it under `flock /tmp/offload-vllm.lock` when it shares the machine's vLLM.")
-    _parser(sub, "compare", "run vllm bench serve, AIPerf, GuideLLM and this load generator side by side, drift removed",
+    _parser(sub, "compare",
+            "run vllm bench serve, AIPerf, GuideLLM and this load generator side by side, drift removed",
             compare_text, _compare_flags(",".join(_peer_names())), cmd_compare)
     _parser(sub, "compare-vllm", "`compare --tools vllm`: this load generator beside vllm bench serve",
             compare_text, _compare_flags("vllm"), cmd_compare)
@@ -379,7 +405,8 @@ def add_parsers(sub: Any) -> None:
             "streams; clients w1-inline, w1, w2; 50 and 200 tok/s), open-loop sweeps past the knee of a "
             "capacity-limited token source, and, on the embedded vLLM server (started here; run it under `flock "
             "/tmp/offload-vllm.lock`, as `make bench-data` does), `compare` of all four load generators at 1 and 4 "
-            "streams (needs `make peers-env`) and the /metrics scrape cost. Refuses to add to existing runs of these benchmarks without --force (which "
+            "streams (needs `make peers-env`) and the /metrics scrape cost. Refuses to add to existing runs of "
+            "these benchmarks without --force (which "
             "removes them first).", DATA_FLAGS, cmd_bench_data, run_flags=False)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from offload_lab.cli.common import finite_float, int_at_least, nonneg_float, nonneg_int, positive_float, positive_int
+from offload_lab.cli.common import finite_float, int_at_least, nonneg_int, positive_int
 from offload_lab.cli.common import action_group  # noqa: F401  (the fit parsers import it from here)
 from offload_lab.core import inputs
 from offload_lab.core.errors import InputError

@@ -330,11 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     seats_cli.add_parsers(sub)
 
     # audit, plan make|check|show, memory-math, checkpoint synth, routing collect ("will it fit"; handlers and
-    # help texts in fit_cli.py, so this shared module only gains these lines)
+    # help texts in cli/fit.py, so this shared module only gains these lines)
     from offload_lab.cli import fit as fit_cli
 
     fit_cli.add_parsers(sub)
-    # stack install|check, boots list, campaign ledger (handlers and help texts in pod_cli.py)
+    # stack install|check, boots list, campaign ledger (handlers and help texts in cli/pod.py)
     from offload_lab.cli import pod as pod_cli
 
     pod_cli.add_parsers(sub, csub)
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     from offload_lab.cli import notebooks as notebooks_cli
 
     notebooks_cli.add_parsers(sub)
-    from offload_lab.cli import bench as bench_cli  # bench, clock-check, compare-vllm, scrape-cost, bench-data
+    from offload_lab.cli import bench as bench_cli  # bench, clock-check, compare(-vllm), scrape-cost, bench-data
 
     bench_cli.add_parsers(sub)
 

@@ -1,4 +1,4 @@
-"""What the ``offload-lab quality ...`` subcommands do; ``cli.py`` parses the flags and calls these."""
+"""What the ``offload-lab quality ...`` subcommands do; ``cli/quality_parsers.py`` parses the flags and calls these."""
 
 from __future__ import annotations
 

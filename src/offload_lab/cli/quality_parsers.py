@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_float, positive_int, seconds
+from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_int, seconds
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 

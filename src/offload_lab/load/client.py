@@ -332,9 +332,20 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return run_loop(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(run_loop, coro).result()
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """A new event loop for ``coro``: uvloop where it is installed. Its per-read cost is lower: against the
+    calibrated token source at 64 and 256 streams, the per-token p99 timing error fell in 12 of 16 paired runs
+    (median ratio 0.70) on a shared 2-core machine (issue 25)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def run_one(base_url: str | Endpoint, endpoint: str, payload: dict[str, Any],

@@ -31,7 +31,7 @@ PATTERNS: dict[str, str] = {
     "prompt_tokens": r"^vllm:prompt_tokens(_total)?$",
     "generation_tokens": r"^vllm:generation_tokens(_total)?$",
     "preemptions": r"^vllm:num_preemptions(_total)?$",
-    # Prompt tokens served from a cache (any tier), and the offload connector's own hits: what compare-vllm checks.
+    # Prompt tokens served from a cache (any tier), and the offload connector's own hits: what `compare` checks.
     "prompt_tokens_cached": r"^vllm:prompt_tokens_cached(_total)?$",
     "external_prefix_cache_hits": r"^vllm:external_prefix_cache_hits(_total)?$",
     "external_prefix_cache_queries": r"^vllm:external_prefix_cache_queries(_total)?$",

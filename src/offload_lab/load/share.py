@@ -31,6 +31,13 @@ LAG_INTERVAL_S = 0.005
 BURST_ITL_MS = 0.05
 
 
+async def sleep_until(t_ns: int) -> None:
+    """Sleep until the monotonic clock reads ``t_ns``, never less: uvloop's timers count whole milliseconds and may
+    wake up to one early, which would send an open-loop request before its intended time."""
+    while (left := t_ns - time.monotonic_ns()) > 0:
+        await asyncio.sleep(left / 1e9)
+
+
 class LagMonitor:
     """Measures how late the client's event loop wakes up: a busy client delays every timestamp it takes."""
 
@@ -176,7 +183,7 @@ async def run_share(endpoint: Endpoint, work: PreparedWorkload, cfg: ShareConfig
         gc.collect()
         gc.disable()
         if start_at_ns is not None:
-            await asyncio.sleep(max(0.0, (start_at_ns - time.monotonic_ns()) / 1e9))
+            await sleep_until(start_at_ns)
         t0 = start_at_ns or time.monotonic_ns()
         before = _usage()
         lag.start()
@@ -191,9 +198,7 @@ async def run_share(endpoint: Endpoint, work: PreparedWorkload, cfg: ShareConfig
                 for i, offset_ns in cfg.schedule:
                     if halted():
                         break
-                    delay = (t0 + offset_ns - time.monotonic_ns()) / 1e9
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                    await sleep_until(t0 + offset_ns)
                     tasks.append(asyncio.create_task(open_request(i, t0 + offset_ns, sem)))
             await asyncio.gather(*tasks)
         except BaseException:

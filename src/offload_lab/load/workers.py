@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from offload_lab.core.errors import ProducerError
+from offload_lab.load import client as load
 from offload_lab.load.endpoint import Endpoint
 from offload_lab.load.share import ShareConfig, ShareResult, run_share
 from offload_lab.load.workloads import PreparedWorkload
@@ -78,12 +79,7 @@ def _worker_main(base_url: str, work: PreparedWorkload, cfg: ShareConfig, outcom
         await asyncio.to_thread(go.wait)  # the coordinator has written the start time
         return await run_share(endpoint, work, cfg, report, halt.is_set, start_at_ns=start_at.value)
 
-    if loop_kind() == "uvloop":
-        import uvloop
-
-        result = uvloop.run(main())
-    else:
-        result = asyncio.run(main())
+    result = load.run_loop(main())
     result.health["loop"] = loop_kind()
     result.health["pid"] = os.getpid()
     Path(out).write_bytes(orjson.dumps({"events": result.events, "inflight": result.inflight,

@@ -25,7 +25,7 @@ from pathlib import Path
 from offload_lab.core.errors import AuditError, InputError
 from offload_lab.paper.claims import ClaimSet
 from offload_lab.paper.lint import AuditReport, Finding, lint_source
-from offload_lab.paper.source import (
+from offload_lab.paper.qmd import (
     GENERATED,
     NUMBER_RE,
     default_repo_root,
@@ -161,6 +161,13 @@ SKIP, NOCHECK, CITE, ATTRIBUTE = "skip", "nocheck", "cite", "attribute"  # conte
 TEXT_ATTRIBUTES = ("alt", "title", "aria-label", "aria-description", "placeholder", "summary", "label")
 
 
+def _names_its_target(title: str, target: str) -> bool:
+    """Whether a tooltip names the file its link opens: the link may be relative from another folder (the paper built
+    outside the checkout links ``../../work/main/data/...``) while the tooltip names the path from the root."""
+    named = re.findall(r"(\S+\.[A-Za-z0-9]+)(?: sha256 [0-9a-f]{12,64})?", title)
+    return target in title or any(target.endswith(n) or n.endswith(target) for n in named if "/" in n)
+
+
 def _data_uri(uri: str, mime: str) -> str | None:
     """The text of a ``data:`` URI of that type (base64 or percent-encoded), else None."""
     if not uri.startswith("data:" + mime):
@@ -197,7 +204,7 @@ class _HTMLText(html.parser.HTMLParser):
             return
         target = re.sub(r"^(?:\.\./)+", "", urllib.parse.unquote(a.get("href", "")))
         for name in TEXT_ATTRIBUTES:
-            if name == "title" and target and target in a.get(name, ""):
+            if name == "title" and target and _names_its_target(a.get(name, ""), target):
                 continue  # a provenance link's tooltip: the file it links to, and its sha256
             if a.get(name, "").strip():
                 self.segments += [("\n", None), (a[name].replace("\n", " "), ATTRIBUTE), ("\n", None)]

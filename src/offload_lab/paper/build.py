@@ -57,7 +57,7 @@ from offload_lab.paper.setup import check_setups
 from offload_lab.paper.quarto import render_quarto
 from offload_lab.paper.render import render_fallback
 from offload_lab.paper.xref import Label, check_references, defined_labels, numbered_sections
-from offload_lab.paper.source import (
+from offload_lab.paper.qmd import (
     GENERATED,
     QMD,
     _front_matter,

@@ -231,6 +231,15 @@ def _numeric(frame: pd.DataFrame) -> list[str]:
             and not pd.api.types.is_bool_dtype(frame[c]) and frame[c].notna().any()]
 
 
+def _varies(column: pd.Series) -> bool:
+    """Whether a number varies enough to plot against: an achieved concurrency of 3.9956 to 3.9992 does not."""
+    v = pd.to_numeric(column, errors="coerce").dropna()
+    if v.nunique() < 2:
+        return False
+    scale = max(abs(v.max()), abs(v.min()))
+    return scale == 0 or (v.max() - v.min()) / scale > 0.01
+
+
 def plot_generic(frame: pd.DataFrame, short: Callable[[str], str], title: str = "") -> Any | None:
     """A table's picture without knowing it. Columns with many values are sweeps, columns with a few are settings:
     the first measure (a numeric column after the first sweep) against that sweep, one line per combination of up to
@@ -239,9 +248,10 @@ def plot_generic(frame: pd.DataFrame, short: Callable[[str], str], title: str = 
     if {"published", "recomputed"} <= set(frame.columns):
         return plot_recomputed(frame, title)
     if "run_id" in frame and frame["run_id"].nunique() > 1 and len(frame) <= 24:
-        frame = frame[frame["run_id"] == frame["run_id"].max()]  # a few rows per run: the latest run's
+        latest = frame[frame["run_id"] == frame["run_id"].max()]  # a few rows per run: the latest run's
+        frame = latest if len(latest) > 1 else frame
     numeric = _numeric(frame)
-    varying = [c for c in numeric if frame[c].nunique() > 1]
+    varying = [c for c in numeric if _varies(frame[c])]
     if not varying:
         return None
     labels = [c for c in frame.columns if c not in TAGS and c not in numeric and frame[c].nunique() > 1
@@ -249,11 +259,16 @@ def plot_generic(frame: pd.DataFrame, short: Callable[[str], str], title: str = 
     sweeps = [c for c in varying if frame[c].nunique() > 6]
     settings = [c for c in frame.columns if c in varying + labels and frame[c].nunique() <= 6][:2]
     fig, (ax,) = new_figure(7.0, 3.0)
-    if (len(frame) <= 12 and labels) or len(varying) < 2:
-        y = max(varying, key=lambda c: frame[c].nunique())
+    per_run = "run_id" in frame and len(frame) > 1 and frame["run_id"].nunique() == len(frame)
+    if (len(frame) <= 12 and (labels or per_run)) or len(varying) < 2:
+        # The measure: a rate or latency when the table has one (a count of requests says little), else the most varied.
+        rates = [c for c in varying if any(k in c for k in ("tok_s", "ttft", "tpot", "seconds", "_s_", "_ms"))]
+        y = rates[0] if rates else max(varying, key=lambda c: frame[c].nunique())
         others = [c for c in varying if c != y]
         if labels:
             names = frame[labels[0]].astype(str).str.replace("_", " ")
+        elif "run_id" in frame and frame["run_id"].nunique() == len(frame):  # one row per run: by run
+            names = "run " + frame["run_id"].map(lambda r: short(str(r)))
         elif others:  # no words to name a row by: the other number that varies, with its name
             names = label_of(others[0]) + " " + frame[others[0]].map(lambda v: f"{v:g}")
         else:

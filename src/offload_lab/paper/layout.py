@@ -1,9 +1,9 @@
 """What a reader of the rendered PDF would see wrong in its tables, read back from the PDF's glyphs.
 
 The way :func:`offload_lab.paper.figures.legend_problems` checks a drawn figure's legends, :func:`pdf_layout_problems`
-checks a built paper: no glyph printed over another (a claim key that ran past its column and over its value), and no
-table cell wrapped into a tall, narrow stack of lines (a value given a sixth of the page became a 20-line hyphenated
-cell). It reads the glyphs' boxes with pdfminer.six (the ``test`` extra), so it judges any PDF, whichever renderer
+checks a built paper: no glyph printed over another (a claim key that ran past its column and over its value), no
+line past the right margin, and no table cell wrapped into a tall, narrow stack of lines (a value given a sixth of the
+page became a 20-line hyphenated cell). It reads the glyphs' boxes with pdfminer.six (the ``test`` extra), so it judges any PDF, whichever renderer
 wrote it.
 """
 
@@ -23,6 +23,8 @@ NARROW = 0.34
 MAX_CELL_LINES = 5
 # Two glyphs overlap when they share this much of the narrower one's width (kerning overlaps a little).
 OVERLAP = 0.35
+# A justified line's glyph boxes end a few points past the margin (hanging punctuation, side bearings).
+MARGIN_SLACK = 6.0
 # Punctuation is kerned into its neighbour ("PagedAttention.”"): only letters, digits and signs count.
 _KERNED = set(".,;:'\"’”“‘()[]")
 
@@ -109,6 +111,12 @@ def _tall_cells(lines: list[_Line], max_lines: int) -> list[list[_Line]]:
     return tall
 
 
+def _right_edge(lines: list[_Line], page_width: float) -> float | None:
+    """The text block's right edge, for a page whose side margins are equal (the paper's ``margin: x``): as far
+    from the right edge as the leftmost line starts from the left."""
+    return page_width - min(ln.x0 for ln in lines) if lines else None
+
+
 def pdf_layout_problems(pdf: Path | str, max_cell_lines: int = MAX_CELL_LINES) -> list[str]:
     """Text printed over other text, and table cells wrapped into more than ``max_cell_lines`` narrow lines, in
     ``pdf``: one sentence per problem naming its page and text; an empty list when there is none."""
@@ -124,6 +132,10 @@ def pdf_layout_problems(pdf: Path | str, max_cell_lines: int = MAX_CELL_LINES) -
             near = " ".join(ln.text for ln in lines if ln.x0 - 1 <= a.x0 <= ln.x1 + 1 and ln.top >= a.y0 >= ln.top
                             - 2 * ln.size)[:80]
             problems.append(f"page {number}: {a.text!r} and {b.text!r} are printed over each other (in {near!r})")
+        edge = _right_edge(lines, layout.width)
+        past = [ln for ln in lines if edge is not None and ln.x1 > edge + MARGIN_SLACK]
+        for ln in past[:3]:
+            problems.append(f"page {number}: {ln.text[:60]!r} runs {ln.x1 - edge:.0f} pt past the right margin")
         for stack in _tall_cells(lines, max_cell_lines):
             text = " ".join(ln.text for ln in stack)
             problems.append(f"page {number}: a cell wraps into {len(stack)} narrow lines: {text[:60]!r}…")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from offload_lab.core.errors import AuditError
 from offload_lab.paper.claims import display_path
-from offload_lab.paper.source import NUMBER_RE, read_qmd
+from offload_lab.paper.qmd import NUMBER_RE, read_qmd
 
 
 @dataclass(frozen=True)

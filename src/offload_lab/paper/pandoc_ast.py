@@ -11,7 +11,7 @@ from typing import Any
 from offload_lab.core.errors import AuditError, ClaimError, InputError, OffloadLabError
 from offload_lab.paper.claims import ClaimSet
 from offload_lab.paper.figures import FigureRecord, verify_figure
-from offload_lab.paper.source import EXTENSION, GENERATED
+from offload_lab.paper.qmd import EXTENSION, GENERATED
 
 CROSSREF_PREFIXES = ("fig-", "tbl-", "sec-")
 
@@ -312,7 +312,7 @@ def paper_places(ast: dict[str, Any]) -> dict[str, Any]:
     order; ``references`` and ``appendix``: the heading of the section holding ``#refs`` and the ``.appendix``
     headings, with their ids, found by their position in the document, not by their names.
     """
-    from offload_lab.paper.source import numbers_in
+    from offload_lab.paper.qmd import numbers_in
 
     numbers: dict[str, int] = {}
     heads: list[tuple[str, str, list[str]]] = []  # (id, text, classes)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from offload_lab.paper.pandoc_ast import RenderError
-from offload_lab.paper.source import GENERATED, QMD, quarto_config
+from offload_lab.paper.qmd import GENERATED, QMD, quarto_config
 
 MANUSCRIPT_DIR = "_manuscript"  # manuscript.ts kOutputDir, when project.output-dir is unset
 # Set by `paper build` for the `quarto render` it starts: its hooks then skip what the build does itself.

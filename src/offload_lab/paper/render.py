@@ -22,7 +22,7 @@ from offload_lab.paper.pandoc_ast import (
     resolve_crossrefs,
     section_crossrefs,
 )
-from offload_lab.paper.source import CSS, NUMBER_RE
+from offload_lab.paper.qmd import CSS, NUMBER_RE
 
 if TYPE_CHECKING:  # build imports this module
     from offload_lab.paper.build import Prepared

@@ -1,9 +1,8 @@
 """Claims of the paper's section on seats and cost, from the ``capacity`` and ``cost`` experiments' runs.
 
-They are declared into :data:`SECTION`, not straight into :data:`offload_lab.paper.claims.REGISTRY`, so that importing
-this module changes nothing else; ``offload_lab.paper.claims`` adds them to the paper's registry with
-``REGISTRY.update(claims_capacity.SECTION)``. Each claim reads only the files it cites, from the latest ok run of its
-experiment; the values were computed by :mod:`offload_lab.experiments.capacity.runner` and :mod:`offload_lab.experiments.cost.runner`
+They are declared into :data:`SECTION`, so that importing this module changes nothing else; the paper finds them by
+folder (:func:`offload_lab.paper.discovery.claim_registry`). Each claim reads only the files it cites, from the latest
+ok run of its experiment; the values were computed by :mod:`offload_lab.experiments.capacity.runner` and :mod:`offload_lab.experiments.cost.runner`
 from the campaign's published figures or its own runs (``claims_sources`` says which).
 """
 

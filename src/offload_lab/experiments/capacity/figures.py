@@ -1,7 +1,7 @@
 """Figures of the section on seats and cost: drawn from the ``capacity`` and ``cost`` runs' files.
 
-Declared into :data:`SECTION`, not straight into :data:`offload_lab.paper.figures.FIGURES`, so that importing this module
-changes nothing else; ``offload_lab.paper.figures`` adds them with ``FIGURES.update(figures_capacity.SECTION)``.
+Declared into :data:`SECTION`, so that importing this module changes nothing else; the paper finds them by folder
+(:func:`offload_lab.paper.discovery.figure_registry`).
 :func:`preview` draws the same figures into a run directory while its notebook runs, before the manifest lists the
 files, so that a notebook shows what the paper will.
 """

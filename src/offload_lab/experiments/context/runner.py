@@ -14,37 +14,14 @@ from typing import Any
 
 import httpx
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from offload_lab.load import client as load
 from offload_lab.load import prompts
 from offload_lab.core import progress, runs
 from offload_lab.core import stats
-from offload_lab.core.bounds import Tokens
 from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.experiments.context.params import Params as ContextParams
 from offload_lab.experiments.context.tables import EVENTS, EXPERIMENT, SUMMARY  # noqa: F401  (notebooks use EXPERIMENT)
-
-
-class ContextParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    context_lengths: list[Tokens] = Field(min_length=1, description="prompt lengths in tokens, exact")
-    output_tokens: Tokens = Field(64, ge=2, description="tokens generated per request (ignore_eos)")
-    repeats: int = Field(3, ge=1, description="requests per context length")
-    warmup: bool = Field(True, description="one unrecorded request first, so the first length is not paying for it")
-
-    @field_validator("context_lengths")
-    @classmethod
-    def _positive_sorted(cls, v: list[int]) -> list[int]:
-        if any(x < 4 for x in v):
-            raise ValueError("every context length must be at least 4 tokens")
-        if len(set(v)) != len(v):
-            raise ValueError("context lengths must not repeat")
-        return sorted(v)
-
-    def longest_request_tokens(self) -> int:
-        """Prompt plus output of the longest request: what the server's max_model_len must hold."""
-        return max(self.context_lengths) + self.output_tokens
 
 
 def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: str | None = None) -> pd.DataFrame:

@@ -19,26 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import Field
 
 from offload_lab.seats import capacity, cost
 from offload_lab.core import runs
 from offload_lab.seats.capacity import Demand
-from offload_lab.published.study_inputs import StudyInputs, StudyParams, gather_for
+from offload_lab.experiments.cost.params import Params as CostParams
+from offload_lab.published.study_inputs import StudyInputs, gather_for
 
 EXPERIMENT = "cost"
-
-
-class CostParams(StudyParams):
-    hours_per_month: float | None = Field(None, gt=0, le=744,
-                                          description="hours a pod is billed a month (None: 24 × 365 / 12)")
-    max_team_plot: int = Field(300, ge=1, description="teams 1..this in teams.csv")
-    q_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="q × these, for the sensitivity")
-    pod_price_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="pod price × these")
-    seat_price_factors: list[float] = Field([0.5, 0.75, 1.0, 1.5, 2.0], description="subscription × these")
-    alphas: list[float] = Field([0.001, 0.01, 0.05, 0.1], description="α values for the sensitivity")
-    rhos: list[float] = Field([0.0, 0.02, 0.05, 0.1], description="intra-team correlations for the sensitivity")
-    rho_example: float = Field(0.05, gt=0, lt=1, description="the correlation the text quotes (added to rhos)")
 
 
 def base_scenario(inp: StudyInputs, hours_per_month: float) -> cost.Scenario:

@@ -1,4 +1,5 @@
-"""The paper's sources: reading qmd files, the defaults they set, and expanding shortcodes to pandoc markdown."""
+"""The paper's qmd: reading its files, the defaults they set, and expanding shortcodes to pandoc markdown (the data a
+claim reads is :mod:`offload_lab.paper.sources`)."""
 
 from __future__ import annotations
 
@@ -196,7 +197,8 @@ def expand(qmd_path: Path, claims: ClaimSet, generated_dir: Path, *, _depth: int
                 if len(args) != 1:
                     raise ClaimError(f"{where}: a claim shortcode takes one name, got {args}")
                 if args[0] not in claims:
-                    raise ClaimError(f"{where}: unknown claim {args[0]!r} (defined claims live in offload_lab.paper.claims)")
+                    raise ClaimError(f"{where}: unknown claim {args[0]!r} (claims are declared in "
+                                     "src/offload_lab/experiments/<name>/claims*.py)")
                 if claims[args[0]].kind == "table":
                     raise InputError(f"{where}: table claim {args[0]} must stand alone on its line")
                 return _claim_markdown(claims[args[0]], where)
