@@ -83,21 +83,25 @@ def with_path(bin_dir: Path) -> str:
     return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def probe_notebook(path: Path) -> Path:
-    """A notebook that asks the server (if any) for its models and writes what it saw: fast, no real engine."""
+def stand_in_notebook(path: Path, body: str) -> Path:
+    """A notebook with the campaign's parameters cell and one body cell: a fast stand-in for an experiment."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell('base_url = None\nrun_dir = None\ncampaign = "x"\ndata_root = "data"\n'
                                        'tag = ""')
     params.metadata["tags"] = ["parameters"]
-    body = nbformat.v4.new_code_cell(
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, str(path))
+    return path
+
+
+def probe_notebook(path: Path) -> Path:
+    """A notebook that asks the server (if any) for its models and writes what it saw: fast, no real engine."""
+    return stand_in_notebook(path, (
         "import json, httpx, pathlib\n"
         "models = httpx.get(base_url + '/v1/models').json() if base_url else None\n"
         "pathlib.Path(run_dir, 'seen.json').write_text(json.dumps({'base_url': base_url, 'models': models, "
-        "'tag': tag}))\n")
-    nb.cells = [params, body]
-    nbformat.write(nb, str(path))
-    return path
+        "'tag': tag}))\n"))
 
 
 def campaign_file(tmp_path: Path, spec: dict[str, Any], name: str = "campaign.yaml") -> Path:

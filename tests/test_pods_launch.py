@@ -20,7 +20,7 @@ from offload_lab.cli.main import main
 from offload_lab.core import runs
 
 from paper_fixtures import TINY_CONFIG
-from pod_helpers import fake_stack, probe_notebook
+from pod_helpers import fake_stack, probe_notebook, stand_in_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SKY = ROOT / "tests" / "fixtures" / "fake_sky"
@@ -115,24 +115,14 @@ def test_three_pods_one_preempted_resumed_merged_and_the_paper(tmp_path, recorde
 
 def _timing_notebook(path: Path) -> Path:
     """A stand-in for the context experiment: request events with a TPOT per request, written into its run."""
-    import nbformat
-
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    params = nbformat.v4.new_code_cell('base_url = None\nrun_dir = None\ncampaign = "x"\ndata_root = "data"\n'
-                                       'tag = ""')
-    params.metadata["tags"] = ["parameters"]
-    body = nbformat.v4.new_code_cell(
+    return stand_in_notebook(path, (
         "import json, pathlib, random\n"
         "rng = random.Random()\n"
         "with open(pathlib.Path(run_dir, 'events.jsonl'), 'w') as f:\n"
         "    for ctx in (256, 1024):\n"
         "        for _ in range(8):\n"
         "            f.write(json.dumps({'kind': 'request', 'ok': True, 'context_tokens': ctx,\n"
-        "                                'tpot_ms': 5 + rng.random()}) + '\\n')\n")
-    nb.cells = [params, body]
-    nbformat.write(nb, str(path))
-    return path
+        "                                'tpot_ms': 5 + rng.random()}) + '\\n')\n"))
 
 
 def test_a_repeat_boot_split_over_three_pods_pools_their_boots(tmp_path, recorder, capsys):
