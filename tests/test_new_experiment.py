@@ -100,6 +100,14 @@ FOLDER = {
         TABLES = {"burst": csv("burst.csv")}
         COMPARE = [("burst", "tokens", "prompt")]
     """,
+    # How a rehearsal prices it on the real pod: each prompt once, one request at a time, eight tokens of reply.
+    "rehearsal.py": """
+        from offload_lab.emulate.workload_time import reply_seconds
+
+
+        def pod_seconds(model, params):
+            return sum(reply_seconds(model, 7 * (i + 1), 8) for i in range(params["prompts"]))
+    """,
 }
 
 NOTEBOOK = {
@@ -190,3 +198,10 @@ def test_a_new_experiment_is_one_folder_one_notebook_and_a_campaign_entry(tmp_pa
     shown = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, cwd=repo, capture_output=True, text=True,
                                       check=True).stdout)
     assert shown == {"rows": 4, "compare": ["burst: tokens by prompt, one column per run"], "plot": True}
+
+    # The rehearsal costs it from its own folder, at the pod model's pace (it names no experiment itself).
+    probe = ("from offload_lab.campaigns import rehearse_cost as rc; from offload_lab.emulate.podmodel import "
+             "load_pod_model; m = load_pod_model('configs/pods/study-published.yaml'); "
+             f"a, b = (rc.model_seconds(m, {NAME!r}, {{'prompts': n}}) for n in (2, 4)); print(0 < a < b)")
+    costed = subprocess.run([sys.executable, "-c", probe], env=env, cwd=repo, capture_output=True, text=True)
+    assert costed.stdout.strip() == "True", costed.stderr[-2000:]

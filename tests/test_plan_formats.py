@@ -16,7 +16,7 @@ from offload_lab.cli import main as cli
 from offload_lab.core.errors import InputError
 from offload_lab.fit import checkpoint, memory, plan_formats, synthetic
 from offload_lab.fit import plan as planmod
-from offload_lab.server import install, stack
+from offload_lab.server import install, install_checks, stack
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = "dsv41-flash-offload:patches/vllm-exl3-host-dma.patch"
@@ -226,7 +226,7 @@ def test_dry_run_checks_find_short_commits_missing_receipts_and_bad_plans(tmp_pa
     data["parts"][1]["source"]["commit"] = "b" * 8  # short, and not declared unpinned
     f.write_text(yaml.safe_dump(data))
     st = stack.load_stack(f, root=tmp_path)
-    problems = install.dry_run_checks(st, tmp_path / "work")
+    problems = install_checks.dry_run_checks(st, tmp_path / "work")
     by_item = {p.item: p for p in problems}
     short = by_item["part vllm-exl3"]
     assert short.level == "error" and "commit 'bbbbbbbb' is not a full 40-hex commit" in short.message

@@ -153,3 +153,22 @@ def test_bad_input_exits_2_naming_it(tmp_path, capsys):
     code = main(["campaign", "rehearse", str(CAMPAIGN), "--overrides", str(tmp_path / "missing.yaml"),
                  "--data-dir", str(tmp_path / "data"), "--no-paper"])
     assert code == 2 and "missing.yaml" in capsys.readouterr().err
+
+
+def test_the_rehearsal_code_names_no_experiment():
+    """Found, never named: what a rehearsal does with an experiment comes from the folder's ``rehearsal`` module, so
+    the rehearsal's own modules hold no experiment folder's name as a string (campaign-file sections such as
+    ``boots:`` and ``topology:`` are not experiments and are allowed)."""
+    import ast
+
+    from offload_lab.paper.discovery import experiment_names
+
+    allowed = {"boots", "topology", "cost", "rehearsal", "published"}  # campaign-file keys, record and column names
+    names = set(experiment_names()) - allowed
+    root = Path(__file__).resolve().parents[1] / "src" / "offload_lab" / "campaigns"
+    found = [(f.name, n.lineno, n.value) for f in sorted(root.glob("rehearse*.py"))
+             for n in ast.walk(ast.parse(f.read_text()))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
+    assert found == []
+    assert {"pod_seconds", "longest_requests"} <= set(dir(__import__(
+        "offload_lab.experiments.context.rehearsal", fromlist=["x"])))

@@ -10,74 +10,38 @@ streams of a level running side by side and primed caches filled one request at 
 :mod:`offload_lab.load.workloads` primes them). Experiments whose work does not depend on the pod's pace (no
 server: audit, capacity, cost) keep their measured time; quality, whose replies on a real model have lengths no
 model here knows, is predicted as measured and marked so; boots are left out (loading times are not published).
+
+Each experiment folder says this itself, in an optional ``rehearsal`` module (``pod_seconds``, ``longest_requests``,
+``rehearsal_parameters``, ``compare``, ``BASIS``, ``NOTE``): this module finds it and names no experiment, so a new
+server experiment is priced from its own folder (docs/adding-an-experiment.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from offload_lab.emulate.podmodel import PodModel
 
 
-def _context(m: PodModel, p: dict[str, Any]) -> float:
-    lengths, out = list(p.get("context_lengths") or []), int(p.get("output_tokens", 64))
-    one = lambda n: m.ttft_s(n) + (out - 1) * m.tpot_ms(1, n) / 1e3  # noqa: E731
-    warm = one(lengths[0]) if lengths and p.get("warmup", True) else 0.0
-    return warm + int(p.get("repeats", 3)) * sum(one(n) for n in lengths)
+REHEARSAL_MODULE = "rehearsal"  # an experiment folder's module that tells a rehearsal how to price and check it
 
 
-def _request(m: PodModel, w: dict[str, Any], streams: int) -> tuple[float, float]:
-    """(priming seconds at this level, seconds of one request of one stream) for a regime."""
-    regime, out = w.get("regime"), int(w.get("output_tokens", 64))
-    if regime in ("short", "cold_prefill"):
-        n = int(w.get("prompt_tokens", 128))
-        return 0.0, m.ttft_s(n) + (out - 1) * m.tpot_ms(streams, n) / 1e3
-    prefix, suffix = int(w.get("prefix_tokens", 2048)), int(w.get("suffix_tokens", 32))
-    per = m.ttft_s(suffix, prefix) + (out - 1) * m.tpot_ms(streams, prefix + suffix) / 1e3
-    contexts = 1 if regime == "shared_prefix" else streams
-    return contexts * (m.ttft_s(prefix) + m.ttft_s(1, prefix)), per
+def hooks(kind: str) -> Any:
+    """The experiment folder's ``rehearsal`` module (None when it declares none: its time here stands)."""
+    from offload_lab.paper.discovery import experiment_module, experiment_names
+
+    return experiment_module(kind, REHEARSAL_MODULE) if kind in experiment_names() else None
 
 
-def _agent_level(m: PodModel, p: dict[str, Any], streams: int) -> float:
-    c0, new = int(p.get("initial_context_tokens", 2048)), int(p.get("turn_new_tokens", 256))
-    out, turns = int(p.get("output_tokens", 64)), int(p.get("turns", p.get("requests_per_stream", 1)))
-    prime = streams * m.ttft_s(c0)
-    level, ctx = 0.0, c0
-    for _ in range(turns):
-        level += m.ttft_s(new, ctx) + (out - 1) * m.tpot_ms(streams, ctx + new) / 1e3
-        ctx += new + out
-    return prime + level
-
-
-def _concurrency(m: PodModel, p: dict[str, Any]) -> float:
-    total = 0.0
-    for w in (p.get("regimes") or {}).values():
-        for n in p.get("streams") or []:
-            prime, per = _request(m, w, int(n))
-            total += prime + int(p.get("requests_per_stream", 4)) * per
-    return total
-
-
-def _agent_turns(m: PodModel, p: dict[str, Any]) -> float:
-    return sum(_agent_level(m, p, int(n)) for n in p.get("streams") or [])
-
-
-def _cached_prefix(m: PodModel, p: dict[str, Any]) -> float:
-    w = {"regime": "shared_prefix", "prefix_tokens": p.get("prefix_tokens"), "suffix_tokens": p.get("suffix_tokens", 32),
-         "output_tokens": p.get("output_tokens")}
-    prime, per = _request(m, w, int(p.get("users", 4)))
-    return prime + int(p.get("requests_per_user", 3)) * per
-
-
-MODELS: dict[str, Callable[[PodModel, dict[str, Any]], float]] = {
-    "context": _context, "concurrency": _concurrency, "agent_turns": _agent_turns, "cached_prefix": _cached_prefix,
-}
+def declared(kind: str, name: str, default: Any = None) -> Any:
+    """What experiment ``kind``'s folder declares for a rehearsal under ``name`` (``default`` when nothing)."""
+    return getattr(hooks(kind), name, default)
 
 
 def model_seconds(model: PodModel, kind: str, parameters: dict[str, Any]) -> float | None:
     """The pod model's seconds of work for an experiment's parameters (None: its work is not the pod's pace)."""
-    f = MODELS.get(kind)
+    f = declared(kind, "pod_seconds")
     return None if f is None else f(model, parameters)
 
 
@@ -92,8 +56,7 @@ def predict(model: PodModel, rows: list[dict[str, Any]], price: dict[str, Any] |
         r["scale"] = (full / done) if full and done else 1.0  # how much more pod time the full parameters take
         r["added_seconds"] = (full - done) if full is not None and done is not None else 0.0
         r["basis"] = ("pod model x rehearsal" if full and done else
-                      "measured here (the work does not run at the pod's pace)" if r["kind"] != "quality" else
-                      "measured here (reply lengths of the real model are not known)")
+                      declared(r["kind"], "BASIS", "measured here (the work does not run at the pod's pace)"))
         r["predicted_minutes"] = None if r["seconds"] is None else (r["seconds"] + r["added_seconds"]) / 60.0
         r["predicted_cost"] = (None if r["predicted_minutes"] is None or per_hour is None
                                else r["predicted_minutes"] / 60.0 * per_hour)

@@ -16,9 +16,6 @@ from offload_lab.core import runs
 from offload_lab.emulate.podmodel import PodModel
 from offload_lab.experiments.notebook import kind_of_notebook
 
-QUALITY_MODE = ("both sides on the emulated pod: its replies are fixed words, the same on every side, so the "
-                "comparison exercises the harness (canaries, scoring, pairing), not the model")
-
 
 def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str], None],
               progress: Any = None) -> list[dict[str, Any]]:
@@ -56,7 +53,6 @@ def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str
 def length_problems(campaign: campaigns.Campaign) -> list[dict[str, Any]]:
     """Requests longer than the stack's ``max_model_len``, from the parameters alone: the load generator refuses
     them before sending (the server's /tokenize reports the limit), so the experiment fails on the pod."""
-    from offload_lab.load.workloads import WorkloadSpec
     from offload_lab.server import stack as stackmod
 
     out = []
@@ -66,19 +62,7 @@ def length_problems(campaign: campaigns.Campaign) -> list[dict[str, Any]]:
         st = stackmod.load_stack(campaign.stack_path(e.stack), root=campaign.root).with_override(e.override)
         limit = st.spec.server.flags.max_model_len
         p, kind = campaigns.experiment_params(campaign, e), kind_of_notebook(e.notebook)
-        longest: list[tuple[str, int]] = []
-        if kind == "context":
-            longest = [("the longest context", max(p["context_lengths"]) + p["output_tokens"])]
-        elif kind == "concurrency":
-            longest = [(f"regime {n}", WorkloadSpec(**w).longest_prompt(p["requests_per_stream"]) + w["output_tokens"])
-                       for n, w in p["regimes"].items()]
-        elif kind == "agent_turns":
-            w = p | {"regime": "agent_turns"}
-            spec = WorkloadSpec(**{k: w[k] for k in ("regime", "initial_context_tokens", "turn_new_tokens",
-                                                     "output_tokens")})
-            longest = [("the last turn", spec.longest_prompt(p["turns"]) + p["output_tokens"])]
-        elif kind == "cached_prefix":
-            longest = [("prefix, suffix and reply", p["prefix_tokens"] + p["suffix_tokens"] + 2 + p["output_tokens"])]
+        longest = rehearse_cost.declared(kind, "longest_requests", lambda p: [])(p)
         for what, need in longest:
             if limit and need > limit:
                 out.append({"step": f"preflight {e.experiment}", "level": "error", "item": what,
@@ -117,45 +101,18 @@ def _latest(data_root: Path, campaign: str, experiment: str) -> Path | None:
     return runs.latest_run(data_root, campaign, experiment)
 
 
-def comparison(model: PodModel, data_root: Path, campaign: str) -> list[dict[str, Any]]:
-    """The emulated measurements beside the published figures the pod model was built from."""
+def comparison(model: PodModel, data_root: Path, campaign: str, kinds: dict[str, str]) -> list[dict[str, Any]]:
+    """The emulated measurements beside the published figures the pod model was built from: each experiment folder
+    that declares ``compare`` sets its latest run (``kinds``: experiment name -> its folder) beside the model."""
     rows: list[dict[str, Any]] = []
-
-    def add(figure: str, published: float, emulated: Any, source: str, where: Path | None) -> None:
-        value = None if emulated is None or emulated != emulated else float(emulated)
-        rows.append({"figure": figure, "published": published, "emulated": value, "published_source": source,
-                     "file": str(where) if where else None})
-
-    d = model.decode
-    if (run := _latest(data_root, campaign, "agent_turns")) is not None and (run / "regimes.csv").is_file():
-        t = pd.read_csv(run / "regimes.csv").set_index("streams")
-        for s, med, p5 in zip(d.agent_turns.streams, d.agent_turns.median_tok_s, d.agent_turns.p5_tok_s):
-            got = t.loc[s] if s in t.index else None
-            add(f"agent turns, {s} stream(s): median tok/s", med, None if got is None else got["tok_s_median"],
-                d.agent_turns.provenance[:40], run / "regimes.csv")
-            add(f"agent turns, {s} stream(s): p5 tok/s", p5, None if got is None else got["tok_s_p5"],
-                d.agent_turns.provenance[:40], run / "regimes.csv")
-    if (run := _latest(data_root, campaign, "context")) is not None and (run / "summary.csv").is_file():
-        t = pd.read_csv(run / "summary.csv").set_index("context_tokens")
-        def near(n: int) -> int | None:
-            """The length run closest to the published one, if within 5% of it (else no comparison)."""
-            k = int(t.index[abs(t.index - n).argmin()])
-            return k if abs(k - n) <= 0.05 * n else None
-
-        f = model.prefill.fresh
-        for what, col, pairs in (("median TPOT after {k} tokens (published: {n}), ms", "tpot_median_ms",
-                                  zip(d.tpot_vs_context.context_tokens, d.tpot_vs_context.tpot_ms)),
-                                 ("TTFT of a fresh {k}-token prompt (published: {n}), s", "ttft_median_s",
-                                  zip(f.prompt_tokens, f.ttft_s))):
-            for n, pub in pairs:
-                if (k := near(n)) is not None:
-                    add(what.format(k=k, n=n), pub, t.loc[k, col], "published E4/E5", run / "summary.csv")
-    if (run := _latest(data_root, campaign, "cached_prefix")) is not None and (run / "summary.json").is_file():
-        import json
-
-        s = json.loads((run / "summary.json").read_text())
-        add(f"TTFT p95, {s.get('users')} users on a cached {s.get('prefix_tokens')}-token prefix, s",
-            model.prefill.cached.ttft_s, s.get("ttft_p95_s"), "published E4/E5", run / "summary.json")
+    for experiment, kind in kinds.items():
+        compare = rehearse_cost.declared(kind, "compare")
+        if compare is None or (run := _latest(data_root, campaign, experiment)) is None:
+            continue
+        for r in compare(model, run):
+            v = r.get("emulated")
+            rows.append(r | {"emulated": None if v is None or v != v else float(v),
+                             "file": str(r["file"]) if r.get("file") else None})
     return rows
 
 
@@ -167,9 +124,13 @@ def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: 
     price = campaigns._price(pod)
     totals = rehearse_cost.predict(model, rows, price)
     name = rehearsal.spec.name
-    agent = _latest(data_root, name, "agent_turns")
-    timing = rehearse_cost.timing_error(agent / "agent_turns" / "events.jsonl") if agent else None
-    kinds = {r["kind"] for r in rows}
+    kinds = {r["experiment"]: r["kind"] for r in rows}
+    timing = None
+    for experiment, kind in kinds.items():
+        where = rehearse_cost.declared(kind, "timing_events")
+        if timing is None and where and (run := _latest(data_root, name, experiment)) is not None:
+            timing = rehearse_cost.timing_error(where(run))
+    notes = [n for n in (rehearse_cost.declared(k, "NOTE") for k in sorted(set(kinds.values()))) if n]
     return {
         "campaign": pod.spec.name, "campaign_file": str(pod.file), "campaign_sha256": runs.sha256_file(pod.file),
         "rehearsal_campaign": name,
@@ -182,7 +143,7 @@ def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: 
                       "sha256": runs.sha256_file(overrides_file) if overrides_file else None,
                       "why": over.why, "experiments": over.experiments, "skip": over.skip},
         "shortened": any(r["shortened"] for r in rows) or bool(over.skip),
-        "quality": QUALITY_MODE if "quality" in kinds else None,
+        "notes": notes,  # what each experiment folder says a rehearsal of it shows (its rehearsal.NOTE)
         "topology": "the campaign's expect_gpus is dropped: the emulated pod has no GPUs (the real pod's check runs "
                     "there)",
         "dry_runs": dry,
@@ -192,7 +153,7 @@ def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: 
         "cost": totals,
         "would_fail": failures,
         "timing_error": timing,
-        "comparison": comparison(model, data_root, name),
+        "comparison": comparison(model, data_root, name, kinds),
         "seconds": seconds,
         "all_ok": all(r["outcome"] == "ok" for r in rows),
     }

@@ -42,12 +42,12 @@ def cmd_stack_install(args: argparse.Namespace) -> int:
 def _dry_run_checks(st: Any, args: argparse.Namespace) -> int:
     import tempfile
 
-    from offload_lab.server import install
+    from offload_lab.server import install_checks
 
     print("# checks of every file the install would use (no network; plans made in a scratch directory"
           + (f" from {args.checkpoint})" if args.checkpoint else ")"))
     with tempfile.TemporaryDirectory(prefix="offload-lab-dry-run-") as work:
-        problems = install.dry_run_checks(st, work, checkpoint=args.checkpoint, log=lambda s: print(f"#   {s}"))
+        problems = install_checks.dry_run_checks(st, work, checkpoint=args.checkpoint, log=lambda s: print(f"#   {s}"))
     for p in problems:
         print(f"# {p}")
     errors = [p for p in problems if p.level == "error"]

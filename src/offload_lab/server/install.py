@@ -402,6 +402,3 @@ def _run_step(step: Step) -> None:
     if proc.returncode != 0:
         raise ProducerError(f"install step failed ({step.what}), exit status {proc.returncode}: {step.render()}")
 
-
-# The checks a dry run makes of every file the install would use (its own module: this one is the install).
-from offload_lab.server.install_checks import Problem, dry_run_checks  # noqa: E402,F401

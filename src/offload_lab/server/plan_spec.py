@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from offload_lab.server.declared import SHA256, check_declared
 from offload_lab.server.envargs import ENV_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,11 +81,9 @@ class PlanFileSpec(_Strict):
 
     @model_validator(mode="after")
     def _declared(self) -> "PlanFileSpec":
-        from offload_lab.server.spec import SHA256, _check_declared
-
         if self.sha256 is not None and not SHA256.match(self.sha256):
             raise ValueError(f"plan {self.path}: sha256 is not 64 hex digits")
-        _check_declared(self.pinned, self.todo, self.complete(), f"plan {self.path}")
+        check_declared(self.pinned, self.todo, self.complete(), f"plan {self.path}")
         return self
 
     def complete(self) -> bool:

@@ -34,12 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from offload_lab.core.bounds import MAX_SECONDS, MAX_TOKENS
 from offload_lab.core.errors import InputError
 from offload_lab.server.multinode import PodField
+from offload_lab.server.declared import FULL_SHA1, SHA256, check_declared  # noqa: F401
 from offload_lab.server.envargs import ENV_NAME, check_env_and_args
 from offload_lab.server.plan_spec import (PLAN_FORMATS, PlanFileSpec, PlanFormat, PlanReader, PlanSet,  # noqa: F401
                                            check_plan_reader)
 
-FULL_SHA1 = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An exact version: digits and dots, optionally a pre/post/local tail; no operators, no wildcards.
 EXACT_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+_-]*)$")
 # Linux's largest CONFIG_NR_CPUS is 8192: a higher id is a typo on any machine. Ids this machine lacks are checked
@@ -50,15 +49,6 @@ MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def _check_declared(pinned: bool | None, todo: str | None, complete: bool, what: str) -> None:
-    # `pinned: false` must say what is missing; `pinned: true` must be true.
-    if pinned is False and not (todo or "").strip():
-        raise ValueError(f"{what} says pinned: false; add a todo saying what is missing and where to find it")
-    if pinned is True and not complete:
-        raise ValueError(f"{what} says pinned: true but its pin is incomplete (a full commit, an exact version, "
-                         "a sha256); fix the pin or say pinned: false with a todo")
 
 
 # --- parts -------------------------------------------------------------------------------------------------------
@@ -117,7 +107,7 @@ class Patch(_Strict):
                 raise ValueError(f"receipt for {p} is not a 64-hex sha256: {h!r}")
         if self.sha256 is not None and not SHA256.match(self.sha256):
             raise ValueError(f"patch sha256 is not 64 hex digits: {self.sha256!r}")
-        _check_declared(self.pinned, self.todo, self.complete(), f"patch {self.label}")
+        check_declared(self.pinned, self.todo, self.complete(), f"patch {self.label}")
         return self
 
     @property
@@ -147,7 +137,7 @@ class Part(_Strict):
     def _consistent(self) -> "Part":
         if self.patches and not isinstance(self.source, GitSource):
             raise ValueError(f"part {self.name}: patches apply to a git source tree; install it from git")
-        _check_declared(self.pinned, self.todo, self.source.complete(), f"part {self.name}")
+        check_declared(self.pinned, self.todo, self.source.complete(), f"part {self.name}")
         return self
 
 
@@ -178,7 +168,7 @@ class Download(_Strict):
 
     @model_validator(mode="after")
     def _declared(self) -> "Download":
-        _check_declared(self.pinned, self.todo, self.complete(), f"download {self.repo}")
+        check_declared(self.pinned, self.todo, self.complete(), f"download {self.repo}")
         return self
 
     def complete(self) -> bool:
