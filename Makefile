@@ -23,9 +23,16 @@ run: envs model campaign paper  ## install, build the tiny model, run the embedd
 	@echo "data:              $(DATA)/$(CAMPAIGN)/"
 	@echo "output notebooks:  $(DATA)/$(CAMPAIGN)/*/*/notebook.ipynb"
 
+# Tests run on PYTEST_WORKERS processes (pytest-xdist): every test that starts a vLLM server on one of them, one at a
+# time, the rest module by module on the others (tests/conftest.py groups them). PYTEST_WORKERS=0 runs serially.
+# Then the tests marked `timing` (they hold a server's or the client's timing to a tolerance) run alone, on a machine
+# that nothing else of the suite is loading. Exit 5 (no test selected, e.g. PYTEST_ARGS naming one file) is no failure.
+PYTEST_WORKERS ?= 2
 test: envs sky-env peers-env  ## install what the tests need and run them (the layer contracts first, then pytest)
 	$(LAB)/bin/lint-imports
-	$(LAB_PY) -m pytest -ra $(PYTEST_ARGS)
+	$(LAB_PY) -m pytest -ra --durations=25 -m "not timing" $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) \
+		--dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(LAB_PY) -m pytest -ra --durations=10 -m timing $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 envs: lab-env server-env
 
@@ -77,7 +84,7 @@ paper-reference: lab-env  ## run the reference campaign (published figures, no s
 	$(LAB)/bin/offload-lab paper build --campaign reference --data-dir $(DATA)
 
 bench-data: envs model  ## regenerate data/bench/ (clock check, open-loop knee, vLLM cross-checks; one vLLM at a time)
-	flock /tmp/offload-vllm.lock $(LAB)/bin/offload-lab bench-data --force --out $(DATA)
+	flock /tmp/offload-vllm.lock $(LAB)/bin/offload-lab bench-data --force --data-dir $(DATA)
 
 sky-env: $(VENVS)/sky/.installed  ## SkyPilot's own environment: checks `pod plan`'s tasks offline; Ray for its test
 $(VENVS)/sky/.installed: requirements/sky.txt

@@ -108,3 +108,88 @@ def campaign_file(tmp_path: Path, spec: dict[str, Any], name: str = "campaign.ya
     f = tmp_path / name
     f.write_text(yaml.safe_dump(spec))
     return f
+
+
+# --- SkyPilot's recorder (tests/fixtures/fake_sky) ------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_SKY = FIXTURES / "fake_sky"
+POD = {"accelerator": "L40S", "count": 1, "disk_gib": 50, "autodown_idle_minutes": 10}
+
+
+def use_recorder(tmp_path: Path, monkeypatch: Any) -> Path:
+    """SkyPilot replaced by the recorder for the adapter's interpreter; rsync from a cluster by its stand-in.
+    Returns the recorder's folder (calls.jsonl, history.jsonl, clusters/)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool, script in (("rsync", "fake_rsync.py"), ("aws", "fake_aws.py")):
+        shim = bin_dir / tool
+        shim.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SKY / script} \"$@\"\n")
+        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", f"{FAKE_SKY}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("FAKE_SKY_ROOT", str(tmp_path / "sky"))
+    for var in ("FAKE_SKY_PREEMPT", "FAKE_RSYNC_FAIL", "FAKE_RSYNC_FLAKY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "sky"
+
+
+def recorded(sky: Path, call: str | None = None) -> list[dict[str, Any]]:
+    import json
+
+    p = sky / "calls.jsonl"
+    rows = [json.loads(x) for x in p.read_text().splitlines()] if p.is_file() else []
+    return [r for r in rows if call is None or r["call"] == call]
+
+
+def billed(sky: Path) -> list[dict[str, Any]]:
+    """What the recorder billed, launch by launch (its own history, not what the launcher says)."""
+    import json
+
+    events = [json.loads(x) for x in (sky / "history.jsonl").read_text().splitlines()]
+    ends = {e["cluster_hash"]: e for e in events if e["event"] == "end"}
+    return [{"name": e["name"], "cluster_hash": e["cluster_hash"], "nodes": e.get("num_nodes", 1),
+             "why": ends.get(e["cluster_hash"], {}).get("why"),
+             "seconds": ends[e["cluster_hash"]]["at"] - e["at"] if e["cluster_hash"] in ends else None}
+            for e in events if e["event"] == "launch"]
+
+
+def pod_checkout(tmp: Path, experiments: str = "ab", stacks: tuple[str, ...] = ("fake",),
+                 boots: list[dict[str, Any]] | None = None, campaign_stack: str = "fake",
+                 pods: dict[str, dict[str, Any]] | None = None) -> Path:
+    """A checkout as the pod gets it: one stack file per name (each its own server Python, `.venvs/<name>`, which
+    only the pod's setup makes: the recorder's setup links it for each stack the setup installs), a campaign
+    `camp.yaml` of stand-in experiments on `campaign_stack`, with optional boot attempts."""
+    repo = tmp / "repo"
+    (repo / "configs" / "stacks").mkdir(parents=True)
+    (repo / "configs" / "campaigns").mkdir()
+    (repo / "notebooks").mkdir()
+    (repo / "pyproject.toml").write_text("[project]\nname = 'checkout'\n")
+    (repo / ".venvs").mkdir()
+    (repo / ".venvs" / "lab").symlink_to(ROOT / ".venvs" / "lab")
+    probe_notebook(repo / "notebooks" / "probe.ipynb")
+    for name in stacks:
+        st = fake_stack(tmp, name=name, price={"per_hour": 3.0, "currency": "EUR", "what": "test pod",
+                                               "source": "test"})
+        spec = yaml.safe_load(st.read_text())
+        spec["python"] = f".venvs/{name}/bin/python"  # made by the pod's setup (`stack install`), nowhere else
+        spec["pod"] = dict((pods or {}).get(name) or POD)
+        (repo / "configs" / "stacks" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    exps = [{"experiment": x, "notebook": "notebooks/probe.ipynb", "parameters": {"tag": x}} for x in experiments]
+    camp: dict[str, Any] = {"name": "camp", "stack": f"configs/stacks/{campaign_stack}.yaml", "experiments": exps}
+    if boots:
+        camp["boots"] = boots
+    (repo / "configs" / "campaigns" / "camp.yaml").write_text(yaml.safe_dump(camp))
+    return repo
+
+
+def ok_runs(data: Path, campaign: str = "camp") -> dict[str, int]:
+    """Experiment -> how many `ok` runs the merged data holds (boot attempts apart)."""
+    from offload_lab.core import runs
+
+    out: dict[str, int] = {}
+    for run_dir in runs.iter_runs(data, campaign):
+        m = runs.load_manifest(run_dir)
+        if m.get("outcome") == "ok" and run_dir.parent.name != "boots":
+            out[run_dir.parent.name] = out.get(run_dir.parent.name, 0) + 1
+    return out

@@ -18,6 +18,9 @@ from offload_lab.load import metrics, prompts, workloads
 from offload_lab.load.endpoint import Endpoint
 from offload_lab.server import stack as stackmod
 
+# Timings held to a tolerance: run alone, after the rest of the suite (Makefile, `make test`).
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[1]
 POD = ROOT / "configs" / "pods" / "study-published.yaml"
 

@@ -12,6 +12,11 @@ from offload_lab.cli import main as cli
 from offload_lab.fit import routing
 
 
+# The weights alone against --usable-gib (these tests check the per-GPU weight arithmetic on a tiny model; the KV cache
+# and the activations reserve that "fits" keeps free by default are tested in test_hfmodel.py).
+WEIGHTS_ONLY = ("--reserve-gib", "0", "--context", "0")
+
+
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -19,7 +24,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_audit_json_local_and_http(capsys, tiny_model, http_root):
-    code, out, _ = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "1", "--json")
+    code, out, _ = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "1", *WEIGHTS_ONLY, "--json")
     assert code == 0
     local = json.loads(out)
     assert local["architecture"] == "qwen3_moe" and local["memory"]["without_plan"]["fits"] is True
@@ -37,14 +42,15 @@ def test_audit_json_local_and_http(capsys, tiny_model, http_root):
 def test_plan_make_check_show_and_audit_with_plan(capsys, tiny_model, tmp_path):
     plan = tmp_path / "plan.json"
     code, out, _ = _run(capsys, "plan", "make", str(tiny_model), "--generator", "budget-fit", "--usable-gib", "0.04",
-                        "--host-category", "embedding", "--out", str(plan), "--json")
+                        *WEIGHTS_ONLY, "--host-category", "embedding", "--out", str(plan), "--json")
     assert code == 0
     made = json.loads(out)
     assert made["memory"]["fits"] is True and made["host_experts"] > 0
     assert made["host_tensors"] == ["model.embed_tokens.weight"]
     code, out, _ = _run(capsys, "plan", "check", str(plan), str(tiny_model), "--json")
     assert code == 0 and json.loads(out) == {"plan": str(plan), "ok": True, "problems": []}
-    code, out, _ = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "0.04", "--plan", str(plan))
+    code, out, _ = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "0.04", *WEIGHTS_ONLY,
+                        "--plan", str(plan))
     assert code == 0 and "with plan" in out and "fits" in out
     code, out, _ = _run(capsys, "plan", "show", str(plan), "--json")
     assert code == 0 and json.loads(out)["generator"] == "budget-fit"
@@ -127,7 +133,8 @@ def test_checkpoint_synth(capsys, repo_root, tmp_path):
     code, out, _ = _run(capsys, "checkpoint", "synth", str(spec), "--out", str(tmp_path / "ck"), "--json")
     info = json.loads(out)
     assert code == 0 and info["shards"] == 3 and info["tensors"] > 0
-    code, out, _ = _run(capsys, "audit", str(tmp_path / "ck"), "--tp", "2", "--usable-gib", "1", "--json")
+    code, out, _ = _run(capsys, "audit", str(tmp_path / "ck"), "--tp", "2", "--usable-gib", "1", *WEIGHTS_ONLY,
+                        "--json")
     assert code == 0 and json.loads(out)["routed_experts"]["experts"] == 16
 
 

@@ -16,6 +16,9 @@ from offload_lab.load import client as load
 from offload_lab.load import closed_loop, workloads
 
 
+# Timings held to a tolerance: run alone, after the rest of the suite (Makefile, `make test`).
+pytestmark = pytest.mark.timing
+
 @pytest.fixture()
 def source():
     proc, url = clock_check.start_source(rate_tok_s=200.0, ttft_ms=5.0)

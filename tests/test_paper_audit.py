@@ -122,7 +122,9 @@ def test_a_heading_named_references_skips_nothing(data: Path, tmp_path: Path) ->
 
 def test_the_real_references_and_appendix_are_found_by_position(built: paper.BuildResult) -> None:
     places = json.loads((built.claims_json.parent / paper.PLACES).read_text())
-    assert places["references"]["text"] == "References" and places["appendix"][0]["id"] == "sec-provenance"
+    assert places["references"]["text"] == "References"
+    supplement = json.loads((built.supplement.claims_json.parent / paper.PLACES).read_text())
+    assert supplement["appendix"][0]["id"] == "sec-provenance"
     assert places["headings"][0] == "The question" and "References" not in places["headings"]
 
 

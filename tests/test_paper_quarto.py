@@ -152,9 +152,10 @@ _LINK_HARNESS = r"""
 local ext, claims = arg[1], arg[2]
 quarto = {
   utils = { resolve_path = function(p) return ext .. "/" .. p end },
+  -- As Quarto 1.7 has them for a manuscript: pandoc writes beside the source, the project moves the page.
   doc = { is_format = function(f) return f == "html" end, input_file = "/r/paper/paper.qmd",
-          output_file = "/r/_manuscript/paper/index.html" },
-  project = { directory = "/r" },
+          output_file = "/r/paper/index.html" },
+  project = { directory = "/r", output_directory = "/r/_manuscript" },
   log = { warning = function(m) end },
 }
 local sc = dofile(ext .. "/claim.lua")

@@ -90,7 +90,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> paper.BuildResult:
     repo = copy_paper_sources(root / "repo")
     qmd = repo / "paper" / "paper.qmd"
     text = qmd.read_text(encoding="utf-8")
-    marker = "{{< include _generated/sections.qmd >}}"
+    marker = '::: {.generated file="_generated/sections.qmd"}'
+    assert marker in text
     text = text.replace(marker, LEFT_OUT_BLOCK + "\nBack to [-@sec-question]; see @sec-elsewhere and @Sec-question.\n\n"
                         + marker, 1)
     qmd.write_text(text, encoding="utf-8")

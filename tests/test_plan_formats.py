@@ -120,7 +120,7 @@ def test_the_patch_lookup_is_the_patchs():
 def _stack(tmp_path: Path, plans: dict, parts: bool = True, **extra) -> Path:
     # A server module this interpreter has (stack check runs it and finds the module).
     spec: dict = {"name": "toy", "python": sys.executable, "model": {"path": str(tmp_path / "model")},
-                  "server": {"module": "json.tool"},
+                  "server": {"module": "json.tool", "flags": {"quantization": "exl3"}},
                   "plans": {"env": "EXL3_HOST_EXPERTS", "use": "p", **plans}, **extra}
     if parts:
         spec["parts"] = [
@@ -241,3 +241,14 @@ def test_dry_run_checks_find_short_commits_missing_receipts_and_bad_plans(tmp_pa
     assert not (tmp_path / "plans").exists()  # the dry run writes only into its scratch directory
     assert (tmp_path / "work" / "plans" / "p.dsv41-host-plan.json").is_file()
     assert str(short).startswith("error: part vllm-exl3: commit 'bbbbbbbb'")
+
+
+def test_stack_check_refuses_a_reader_that_cannot_load_the_stacks_weights(tmp_path, capsys):
+    """The dsv41 patch's host DMA lives in vllm-exl3's EXL3 MoE layers: a stack serving bf16 weights never reads the
+    plan, so stack check refuses it, naming both."""
+    f = _stack(tmp_path, _dsv41_plans(tmp_path), server={"module": "json.tool"})
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"model_type": "qwen3_moe", "torch_dtype": "bfloat16"}))
+    assert cli.main(["stack", "check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "loads only exl3 weights and the stack serves bfloat16 weights" in err

@@ -81,10 +81,12 @@ def test_one_stage_is_per_gpu_and_missing_layer_count_is_refused():
 def test_audit_prints_per_stage_memory_under_pipeline_parallelism(capsys, tiny_model):  # noqa: F811
     from offload_lab.cli.main import main
 
-    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1"]) == 0
+    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1",
+                 "--reserve-gib", "0", "--context", "0"]) == 0
     out = capsys.readouterr().out
     assert "without plan, pipeline parallel 2:" in out and "stage 0:" in out and "stage 1:" in out
-    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1", "--json"]) == 0
+    assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--usable-gib", "1",
+                 "--reserve-gib", "0", "--context", "0", "--json"]) == 0
     stages = json.loads(capsys.readouterr().out)["pipeline"]["without_plan"]
     assert len(stages) == 2 and all(s["per_gpu_gib"] > 0 for s in stages)
     assert main(["audit", str(tiny_model), "--tp", "1", "--pp", "2", "--pp-partition", "1;1", "--usable-gib",

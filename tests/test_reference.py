@@ -91,8 +91,10 @@ def test_every_number_of_the_summary_is_in_the_transcription():
     text = _source_text()
     t = published.load_transcription(STUDY)
     values: set[float] = set()
-    quoted = " ".join(f.published for f in t.figures)
-    for f in t.figures:
+    # A figure of the summary may be transcribed from the companion that quotes the study's own words ("12 cents").
+    every = [*t.figures, *(f for a in t.also for f in published.load_transcription(ROOT / a).figures)]
+    quoted = " ".join(f.published for f in every)
+    for f in every:
         for v in ([] if f.value is None else (f.value if isinstance(f.value, list) else [f.value])):
             if not isinstance(v, str):
                 values |= {float(v), round(100 * float(v), 6)}
@@ -179,7 +181,8 @@ def test_transcribed_run_records_its_provenance(tmp_path):
                                      "community_rigs.csv"}
     # The companions (the study's derived figures, the community page) are named with their own sources and sha256.
     also = {a["path"]: a for a in prov["also"]}
-    assert set(also) == {"configs/published/derived.yaml", "configs/published/community-memory-math.yaml"}
+    assert set(also) == {"configs/published/derived.yaml", "configs/published/community-memory-math.yaml",
+                         "configs/published/addenda.yaml"}
     assert also["configs/published/derived.yaml"]["source"].endswith("published-derived.md")
     assert all(len(a["sha256"]) == 64 and len(a["source_sha256"]) == 64 for a in also.values())
     m = runs.load_manifest(run.path)
@@ -239,7 +242,8 @@ def test_reference_campaign_file_is_valid():
 def test_reference_campaign_runs_without_a_server_and_its_claims_resolve(tmp_path):
     result = campaign.run_campaign(_small_campaign(tmp_path), data_root=tmp_path / "data", log=lambda _: None)
     assert [p.parent.name for p in result.runs] == ["published", "ref_model", "ref_context", "ref_regimes",
-                                                     "ref_topology", "ref_quality", "ref_campaign", "capacity", "cost"]
+                                                     "ref_topology", "ref_quality", "ref_campaign", "ref_hardware",
+                                                     "capacity", "cost"]
     for run_dir in result.runs:
         assert runs.load_manifest(run_dir)["outcome"] == "ok" and runs.verify_run(run_dir) == []
     provenance = runs.load_manifest(result.runs[0])["provenance"]
@@ -256,12 +260,13 @@ def test_reference_campaign_runs_without_a_server_and_its_claims_resolve(tmp_pat
     assert got["study.volume_devs_full.recomputed"].text == "262" and got["study.team_20_extra_eur.recomputed"].text == "1,846"
     assert "q (7.1%)" in got["joint.binding"].text
     table = got["pub.all_figures"].value
-    keys = [f.key for name in ("study.yaml", "derived.yaml", "community-memory-math.yaml")
+    keys = [f.key for name in ("study.yaml", "derived.yaml", "community-memory-math.yaml", "addenda.yaml")
             for f in published.load_transcription(ROOT / "configs" / "published" / name).figures]
     assert len(table["rows"]) == len(keys)
     by_words = {r[0]: r for r in table["rows"]}
-    assert by_words["1,847 EUR a month more than subscriptions"][3] == "1,846"
-    assert not any(r[2].startswith("1 errors") for r in table["rows"])
+    assert by_words["1,847 EUR a month more than subscriptions"][4] == "1,846"
+    assert table["columns"][:2] == ["Published words", "Published by"]
+    assert not any(r[3].startswith("1 errors") for r in table["rows"])
     printed = [r for r in table["rows"] if r[-1] != "this table only"]
     assert len(printed) > len(keys) // 2
     for name, want in _expected(tmp_path / "data", SMALL).items():

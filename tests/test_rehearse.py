@@ -15,7 +15,7 @@ from offload_lab.campaigns import rehearse
 from offload_lab.core import runs
 from offload_lab.load import sweep as concurrency
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / "configs" / "campaigns" / "study-pod.yaml"
@@ -25,14 +25,9 @@ SHORT = ROOT / "configs" / "rehearsals" / "study-pod-short.yaml"
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rehearsal")
+    # Real time: the reference the accelerated subset below is checked against.
     return rehearse.rehearse(CAMPAIGN, data_root=tmp / "data", overrides_file=SHORT, paper_out=tmp / "paper",
-                             log=lambda s: None)
-
-
-def _latest(res, experiment: str) -> Path:
-    run = runs.latest_run(res.data_root, res.campaign, experiment)
-    assert run is not None, experiment
-    return run
+                             log=lambda s: None, time_scale_factor=1)
 
 
 def test_every_experiment_ok_boots_as_published_nothing_would_fail(rehearsal):
@@ -172,3 +167,99 @@ def test_the_rehearsal_code_names_no_experiment():
     assert found == []
     assert {"pod_seconds", "longest_requests"} <= set(dir(__import__(
         "offload_lab.experiments.context.rehearsal", fromlist=["x"])))
+
+
+SCALED_SUBSET = ["context", "agent_turns", "cached_prefix", "capacity"]  # every converted kind: TTFT, TPOT, tok/s
+# Tolerances of a converted figure against the real-time one ("within their jitter"). Both rehearsals draw each
+# request's pace from the pod model's log-normal jitter, and the short parameters take medians and p5s of 1-16
+# requests (context: one request a length), so a decode figure (TPOT, tok/s) at s streams may move by two of the
+# model's per-request sigmas there (rate_sigma: 0.20 at 1-2 streams, 0.08-0.16 at 3-8), a TTFT by two of its TTFT
+# sigma (0.03), never less than 10%. The client's own TPOT error (median 0.01 ms, max 0.2 ms in a scaled run here)
+# comes back multiplied by the factor above the floors. Minutes add the measured remainder (kernels, prompts), noisy
+# on a loaded machine: 20%.
+FIGURE_TOL, MINUTES_TOL = 0.10, 0.20
+
+
+def _tolerance(figure: str, model) -> float:
+    import re
+
+    if "TTFT" in figure:
+        return max(FIGURE_TOL, 2 * model.prefill.ttft_jitter_sigma)
+    m = re.match(r"agent turns, (\d+) stream", figure)
+    return max(FIGURE_TOL, 2 * model.rate_sigma(int(m.group(1)) if m else 1))
+
+
+@pytest.fixture(scope="module")
+def scaled(tmp_path_factory):
+    """The same short parameters on a subset, accelerated 20x (the default)."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("scaled")
+    over = yaml.safe_load(SHORT.read_text())
+    over["campaign"] = "study-pod-rehearsal-scaled"
+    over["skip"] = sorted({e for e in ("audit", "concurrency", "quality", "cost")})
+    over["experiments"] = {k: v for k, v in over["experiments"].items() if k in SCALED_SUBSET}
+    f = tmp / "subset.yaml"
+    f.write_text(yaml.safe_dump(over))
+    return rehearse.rehearse(CAMPAIGN, data_root=tmp / "data", overrides_file=f, paper=False, log=lambda s: None,
+                             time_scale_factor=rehearse.DEFAULT_TIME_SCALE)
+
+
+def test_an_accelerated_rehearsal_predicts_what_the_real_time_one_does(rehearsal, scaled):
+    rec, ref = scaled.record, rehearsal.record
+    assert rec["all_ok"], [(r["experiment"], r["outcome"]) for r in rec["experiments"]] + [
+        (f.get("step"), f.get("message")) for f in scaled.failures if f.get("level") == "error"]
+    # The scale is declared: the record, every run's manifest, the emulated server's boot log.
+    ts = rec["time_scaling"]
+    assert rec["time_scale"] == rehearse.DEFAULT_TIME_SCALE > 1 and ts["accelerated"]
+    assert ts["tpot_floor_ms"] > 0 and ts["ttft_floor_s"] > 0 and ts["floor_source"]["clock_check"]
+    made = [Path(r) for p in rec["parts"] for r in p["runs"]]
+    print(json.dumps({"scaled": rec["comparison"], "real_time": ref["comparison"],
+                      "minutes": [(r["experiment"], r["predicted_minutes"]) for r in rec["experiments"] + ref[
+                          "experiments"]]}, default=str))  # the figures side by side, in the test's output
+    assert made and all(runs.load_manifest(r)["time_scale"] == ts for r in made)
+    boot = runs.load_manifest(made[0])["boot"]["run"]
+    assert runs.load_manifest(boot)["time_scale"] == ts
+    assert "time is ACCELERATED" in "".join(p.read_text() for p in Path(boot).glob("*.log"))
+    # It ran faster than real time where the pod model times it ...
+    secs = {r["experiment"]: r for r in rec["experiments"]}
+    refs = {r["experiment"]: r for r in ref["experiments"]}
+    assert secs["context"]["seconds"] < refs["context"]["seconds"] - 20  # the 260K prefill: 45 s real
+    # ... and every figure set against the pod agrees with the real-time rehearsal's within the jitter.
+    got = pd.DataFrame(rec["comparison"]).set_index("figure")
+    want = pd.DataFrame(ref["comparison"]).set_index("figure")
+    both = got.index.intersection(want.index)
+    assert len(both) >= 8
+    from offload_lab.emulate.podmodel import load_pod_model
+
+    model = load_pod_model(rec["pod_model"]["path"])
+    # What the acceleration touched (converted back: a time_factor other than 1) agrees with real time within the
+    # jitter.
+    converted = got[(got["time_factor"].fillna(1.0) - 1.0).abs() > 1e-9].index.intersection(both)
+    assert len(converted) >= 8
+    off = {fig: (got.loc[fig, "emulated"], want.loc[fig, "emulated"]) for fig in converted
+           if got.loc[fig, "emulated"] != pytest.approx(want.loc[fig, "emulated"], rel=_tolerance(fig, model))}
+    assert off == {}
+    # The rest was served in real time in both (measured at or under its floor, so never scaled): their differences
+    # are this machine's and the model's jitter, not the scale's (a 32-token reply's TPOT moves with one late wake-up).
+    for fig in got.index.difference(converted):
+        floor = ts["ttft_floor_s"] if "TTFT" in fig else ts["tpot_floor_ms"]
+        v = got.loc[fig, "measured"]
+        # (a tok/s is the reply's 64 tokens over 63 TPOTs)
+        assert v <= floor if ("TTFT" in fig or "TPOT" in fig) else 1000 / v * 64 / 63 <= floor, fig
+    assert (got["time_factor"].dropna() > 1.5).any() and (got["time_factor"].dropna() < 0.5).any()  # TTFT, tok/s
+    for e in ("context", "agent_turns", "cached_prefix"):
+        assert secs[e]["predicted_minutes"] == pytest.approx(refs[e]["predicted_minutes"], rel=MINUTES_TOL), e
+    # The seats read the sweep and the prefill rate back in pod time.
+    def inputs(res):
+        run = runs.latest_run(res.data_root, res.campaign, "capacity")
+        return json.loads((run / "inputs.json").read_text())["values"]
+    a, b = inputs(scaled), inputs(rehearsal)
+    assert a["streams_per_pod"] == b["streams_per_pod"] == 4
+    assert a["q"] == pytest.approx(b["q"], rel=FIGURE_TOL)  # q: the week timed at the measured prefill rate
+
+
+def _latest(res, experiment: str) -> Path:
+    run = runs.latest_run(res.data_root, res.campaign, experiment)
+    assert run is not None, experiment
+    return run

@@ -14,14 +14,17 @@ from offload_lab.paper import claims
 from offload_lab.experiments.capacity import claims as claims_capacity
 from offload_lab.experiments.capacity import claims_sources
 from offload_lab.experiments.capacity import claims_study
+from offload_lab.experiments.capacity import claims_teams
 from offload_lab.experiments.capacity import figures as figures_capacity
 from offload_lab.paper import build as paper
 from offload_lab.core import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = Path(claims_sources.__file__).with_name("section.qmd")  # the capacity experiment's prose
-ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "pods.team_100", "pods.team_250", "cost.break_even_seats",
-                "cost.saving_team_100", "cost.saving_team_250")
+# The text speaks of the campaign's own teams (issue 32): every size in a table, the largest by role.
+ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "teams.largest", "pods.team_largest", "cost.break_even_seats",
+                "cost.saving_team_largest", "cost.currency")
+TABLE_CLAIMS = ("pods.teams_table", "cost.teams_table")
 
 
 def test_section_has_no_typed_numeral_and_uses_only_its_own_claims():
@@ -29,9 +32,9 @@ def test_section_has_no_typed_numeral_and_uses_only_its_own_claims():
     used = set(re.findall(r"\{\{<\s*claim\s+(\S+)\s*>\}\}", SECTION.read_text()))
     # Its own claims, and published figures printed as they are (pub.*: experiments/published/claims.py).
     own = (set(claims_capacity.SECTION) | set(claims_sources.SECTION) | set(claims_study.SECTION)
-           | {n for n in used if n.startswith(("pub.", "published."))})
+           | set(claims_teams.SECTION) | {n for n in used if n.startswith(("pub.", "published."))})
     assert used <= own, sorted(used - own)
-    assert set(ISSUE_CLAIMS) <= used
+    assert set(ISSUE_CLAIMS) <= used and set(TABLE_CLAIMS) <= used
 
 
 def test_section_figures_are_the_registered_ones():
@@ -55,7 +58,8 @@ def _only_this_section(tmp_path: Path) -> Path:
     front = real[: real.index("\n---", 3) + 4]
     qmd = repo / "paper" / "paper.qmd"
     qmd.write_text(front + "\n\n{{< include " + str(SECTION) + " >}}\n\n## References {.unnumbered}\n\n::: {#refs}\n"
-                   ":::\n\n## Provenance {#sec-provenance .appendix}\n\n{{< include _generated/provenance.md >}}\n")
+                   ":::\n\n## Provenance {#sec-provenance .appendix}\n\n"
+                   "::: {.generated file=\"_generated/provenance.md\"}\n:::\n")
     return repo
 
 

@@ -15,14 +15,23 @@ from offload_lab.core.errors import InputError
 
 
 def test_synthetic_from_the_tiny_config_has_the_tiny_models_layout(tiny_model, tmp_path):
-    config = json.loads((tiny_model / "config.json").read_text())
-    spec = synthetic.spec_from_hf_config(config, dense_format="f32", expert_format="f32", norm_dtype="f32",
-                                         embedding_dtype="f32", router_dtype="f32")
-    synthetic.write_checkpoint(spec, tmp_path / "syn")
+    """From its config.json alone, transformers' model of the tiny model has the tiny checkpoint's parameters, its
+    (layer, expert) entries and its categories; and `checkpoint synth` writes that model's own tensor names."""
+    pytest.importorskip("transformers")
+    from offload_lab.fit import hfcheckpoint, hfmodel
+
     real = checkpoint.read_checkpoint(tiny_model)
+    _, cls_cfg, lay = hfmodel.read_model(str(tiny_model / "config.json"))
+    assert lay.params()["total"] == sum(t.numel for t in real.tensors.values())
+    typed = checkpoint.classify(real)  # the typed rules
+    mapped = hfcheckpoint.classify_checkpoint(real, lay)  # each name onto transformers' module
+    assert {it.name: (it.category, it.layer, it.expert) for it in mapped.items} == \
+        {it.name: (it.category, it.layer, it.expert) for it in typed.items}
+    assert set(cls_cfg.expert_bytes()) == set(typed.expert_bytes())
+    hfcheckpoint.write_synthetic(str(tiny_model / "config.json"), tmp_path / "syn", 2)
     syn = checkpoint.read_checkpoint(tmp_path / "syn")
-    assert syn.fingerprint() == real.fingerprint()
-    assert syn.total_bytes == real.total_bytes
+    assert set(syn.tensors) == {t.name for t in lay.tensors}
+    assert syn.config["offload_lab_synthetic"]
 
 
 @pytest.mark.slow

@@ -121,7 +121,7 @@ def test_json_progress_names_each_experiment_counts_and_ends_with_a_summary(tmp_
 def test_progress_names_each_experiment_and_ends_with_a_summary(tmp_path: Path, mode: progress.Mode) -> None:
     text = _campaign(tmp_path, mode)
     assert "context" in text and "quality" in text
-    tail = text[text.index("2 of 2 experiment(s) ok"):]
+    tail = text[text.index("2 of 2 experiments ok"):]
     assert "context" in tail and "quality" in tail  # the summary lists both, after everything else
     if mode == "quiet":
         # plain lines, each with the wall-clock time (a log read later says when each thing happened)
@@ -133,5 +133,8 @@ def test_count_lines_and_cell_words() -> None:
     assert m and (m["label"], m["done"], m["total"], m["unit"]) == ("regime short", "2", "3", "levels")
     assert progress.COUNT_LINE.search("the ratio 1/2 is not a count") is None
     cell = nbformat.v4.new_code_cell("# papermill_description=warmup\nrun()")
-    assert progress._cell_words(cell) == "warmup"
-    assert progress._cell_words(nbformat.v4.new_code_cell("import x\n\nresult = x.go()")) == "result = x.go()"
+    assert progress.cell_words(cell) == "warmup"
+    # Human words, never source code: a cell's first comment, else its place.
+    assert progress.cell_words(nbformat.v4.new_code_cell("import x\n\nresult = x.go()"), 3) == "cell 4"
+    assert progress.cell_words(nbformat.v4.new_code_cell("# Measure each level\nx.go()"), 3) == "Measure each level"
+    assert progress.plural(1, "experiments") == "experiment" and progress.plural(0, "experiments") == "experiments"

@@ -1,6 +1,6 @@
 """The companion transcriptions (the study's derived figures, the community page's memory math): each figure quoted
 from its source with its value in the quote, each numeral of the source in some transcription. Checked against
-../shared only where the sources are on this machine; skipped otherwise (they are not part of the project)."""
+the source texts the package ships (offload_lab/resources/published), never ../shared."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def _spellings(v) -> set[str]:
         out |= {"first"} if v == 1 else set()
         out |= {"sixty-four"} if v == 64 else set()
         out |= {"second"} if v == 2 else set()
+    if 0 < v < 1:
+        out |= {f"{round(100 * v):g} cents"}  # "12 cents" for 0.12 USD
     return out
 
 
@@ -101,7 +103,8 @@ def test_every_number_of_the_source_is_in_a_transcription(name):
     for other in ("study.yaml", *COMPANIONS):
         v, q = _values(published.load_transcription(PUBLISHED / other))
         values, quoted = values | v, quoted + " " + q
-    body = _NOT_FIGURES.sub(" ", text[text.index("\n## ") if "\n## " in text else text.index("\n\n"):])
+    # The transcriber's notes (its arithmetic, its summary) are not the source's numbers.
+    body = _NOT_FIGURES.sub(" ", published.source_words(text))
     missing = []
     for num in re.findall(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?", body):
         v = float(num.replace(",", "").replace("−", "-"))

@@ -16,26 +16,6 @@ local function is_html()
   return FORMAT and FORMAT:match("html") ~= nil
 end
 
--- Where readers find a data file: `offload-lab: data-url:` (e.g. a permalink base), else a path relative to the
--- page being written. Under Quarto that page is quarto.doc.output_file (a manuscript article paper/paper.qmd lands in
--- _manuscript/paper/index.html: quarto-cli src/resources/pandoc/datadir/init.lua outputFile()), and data paths are
--- relative to quarto.project.directory. Plain pandoc (the tests) has neither: one directory below the root, as
--- offload-lab's own build writes _output/<campaign>/paper.html two below it and links from there itself.
-local function href(meta, path)
-  local ol = meta and meta["offload-lab"]
-  if ol and ol["data-url"] then return pandoc.utils.stringify(ol["data-url"]) .. path end
-  if path:sub(1, 1) == "/" then return "file://" .. path end
-  local doc, project = quarto and quarto.doc, quarto and quarto.project
-  if doc and doc.output_file and project and project.directory then
-    local page = doc.output_file
-    if not pandoc.path.is_absolute(page) then page = pandoc.path.join({ project.directory, page }) end
-    local target = pandoc.path.join({ project.directory, path })
-    -- true: allow "../" steps (https://pandoc.org/lua-filters.html#pandoc.path.make_relative)
-    return pandoc.path.make_relative(target, pandoc.path.directory(page), true)
-  end
-  return "../" .. path
-end
-
 local function claim(args, kwargs, meta)
   if data == nil then data = cf.load(meta) or false end
   local name = pandoc.utils.stringify(args[1] or "")
@@ -50,7 +30,8 @@ local function claim(args, kwargs, meta)
   local f = c.files[1]
   -- JSON null decodes to a userdata, not nil: take a notebook only when it is a string.
   local function str(v) if type(v) == "string" then return v end end
-  local nb = str(c.notebook_output) or str(c.notebook)
+  -- A hand run links its own executed notebook or none: the campaign's template did not write its data.
+  local nb = str(c.notebook_output) or (not c.by_hand and str(c.notebook)) or nil
   local title = name .. ": " .. f.path .. " sha256 " .. f.sha256
   if nb then title = title .. "; written by " .. nb end
   if c.kind == "table" then
@@ -59,23 +40,27 @@ local function claim(args, kwargs, meta)
     if is_html() then
       blocks = blocks:walk({ Str = function(s)
         if s.text:match("%d") then
-          return pandoc.Link(s.text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
+          return pandoc.Link(s.text, cf.href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
         end
       end })
     end
     return blocks
   end
   local text = pandoc.Inlines(c.text)
+  -- Read from a run made by hand, admitted because the user asked (paper.selection): said beside the figure.
+  local hand = c.by_hand == true and pandoc.Span(pandoc.Inlines(" (by hand)"), pandoc.Attr("", { "claim-hand" },
+    { { "title", "from a run made by hand, outside the campaign's sessions; see Limits" } })) or nil
   if is_html() then
-    local link = pandoc.Link(text, href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
-    if not nb then return link end
+    local link = pandoc.Link(text, cf.href(meta, f.path), title, pandoc.Attr("", { "claim" }, { { "data-claim", name } }))
+    if not nb then return hand and pandoc.Inlines({ link, hand }) or link end
     -- The producing notebook: an empty link after the number, which paper.css draws as a small "nb"
     -- (a ::after mark, so that copied text holds the number alone).
-    local mark = pandoc.Link({}, href(meta, nb), "notebook " .. nb,
+    local mark = pandoc.Link({}, cf.href(meta, nb), "notebook " .. nb,
       pandoc.Attr("", { "claim-nb" }, { { "aria-label", "notebook" } }))
-    return pandoc.Inlines({ link, mark })
+    return pandoc.Inlines(hand and { link, mark, hand } or { link, mark })
   end
-  return pandoc.Span(text, pandoc.Attr("", { "claim" }, { { "data-claim", name }, { "title", title } }))
+  local span = pandoc.Span(text, pandoc.Attr("", { "claim" }, { { "data-claim", name }, { "title", title } }))
+  return hand and pandoc.Inlines({ span, hand }) or span
 end
 
 return { ["claim"] = claim }

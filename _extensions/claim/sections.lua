@@ -10,6 +10,7 @@
 --                                                 (not="TEXT": printed anything else; neither: resolved at all), so
 --                                                 that prose which depends on a result is chosen by the data;
 --                                                 [words]{.when claim=... equals=...} does the same inline
+--   ::: {.hand-runs}                              a paragraph naming the runs made by hand this build reads, if any
 -- Quarto documents quarto.utils.resolve_path for files next to an extension's script; plain pandoc has
 -- PANDOC_SCRIPT_FILE.
 local function beside(file)
@@ -18,7 +19,7 @@ local function beside(file)
   return here .. "/" .. file
 end
 local cf = dofile(beside("claims-file.lua"))
-local state = nil
+local state, meta_ = nil, nil
 
 local function words(s)
   local out = {}
@@ -78,6 +79,52 @@ local function when(div)  -- a Div or a Span
   return {}
 end
 
+-- ::: {.hand-runs} (in Limits): kept only when the build reads runs made by hand, which it then names. No server
+-- address or run id in the text (the audit sees their digits as unbacked numbers): claims.json holds both.
+local function hand_runs(div)
+  local names = {}
+  for exp, _ in pairs(state.hand_runs or {}) do table.insert(names, exp) end
+  if #names == 0 then return {} end
+  table.sort(names)
+  local blocks = pandoc.Blocks({ pandoc.Para(pandoc.Inlines(
+    "Not every figure comes from the campaign's sessions: this build was asked to read runs made by hand "
+    .. "(a notebook run outside the campaign runner), for the " .. table.concat(names, ", ")
+    .. " experiment" .. (#names > 1 and "s" or "") .. ". Each figure they feed is marked \"by hand\" where it is "
+    .. "printed and links its own executed notebook; such a run may have measured another server than the "
+    .. "campaign's boots, so a comparison between its figures and the campaign's is one across servers. The "
+    .. "server each ran against is recorded in the claims file written beside this paper.")) })
+  blocks:extend(div.content)
+  return blocks
+end
+
+-- ::: {.generated file="_generated/NAME"} (empty): the file that `offload-lab paper prepare` wrote, read in place of
+-- the div. An include cannot do this: Quarto expands includes while it lists the project's inputs, before the
+-- pre-render hook has written them (quarto-cli issue 12491). quarto.utils.string_to_blocks reads it as Quarto reads
+-- the document (shortcodes, callouts, cross-reference labels). offload-lab's pandoc build inlines these files before
+-- pandoc runs (offload_lab.paper.qmd GENERATED_DIV), so this pass meets none there.
+local function generated_path(file)
+  local rel = file:gsub("^_generated[/\\]", "")
+  local claims = os.getenv("OFFLOAD_LAB_CLAIMS")
+  if rel ~= file and claims and claims ~= "" then return pandoc.path.join({ pandoc.path.directory(claims), rel }) end
+  local input = quarto and quarto.doc and quarto.doc.input_file
+  if input then return pandoc.path.join({ pandoc.path.directory(input), file }) end
+  return file
+end
+
+local function Generated(div)
+  if not div.classes:includes("generated") then return nil end
+  local path = generated_path(div.attributes["file"] or "")
+  local f = io.open(path, "r")
+  if not f or not (quarto and quarto.utils and quarto.utils.string_to_blocks) then
+    if f then f:close() end
+    cf.warn("cannot read generated file " .. path .. "; run `offload-lab paper prepare` first")
+    return pandoc.Para({ cf.marker("generated", "claim-unknown") })
+  end
+  local text = f:read("a")
+  f:close()
+  return quarto.utils.string_to_blocks(text)
+end
+
 -- First pass: pick one variant of each .choose (inner ones first), leaving it a .requires block for the second.
 local function Choose(div)
   if not div.classes:includes("choose") then return nil end
@@ -95,8 +142,9 @@ end
 local function Div(div)
   local is_req, is_only, is_when = div.classes:includes("requires"), div.classes:includes("only-campaign"),
     div.classes:includes("when")
-  if not (is_req or is_only or is_when) then return nil end
+  if not (is_req or is_only or is_when or div.classes:includes("hand-runs")) then return nil end
   if not state then return pandoc.Para({ cf.marker("sections", "claim-unknown") }) end
+  if div.classes:includes("hand-runs") then return hand_runs(div) end
   if is_req then return requires(div) end
   if is_when then return when(div) end
   return only_campaign(div)
@@ -108,8 +156,57 @@ local function Span(span)
   return when(span)
 end
 
+-- @sec-x as offload-lab's pandoc build prints it (offload_lab.paper.pandoc_ast resolve_crossrefs): with sections
+-- unnumbered, the section's title, linked; a section the sources define but this build left out, its title and
+-- "(left out of this build)". Quarto's own crossref would print "?@sec-x" for the second and, for Typst, fail on
+-- the first ("cannot reference heading without numbering"). `paper prepare` writes the titles and whether sections
+-- are numbered beside claims.json (xref.json); with numbered sections Quarto's "Section N" stands.
+local function read_json(name)
+  if not state then return nil end
+  local f = io.open(pandoc.path.join({ pandoc.path.directory(cf.path(meta_)), name }), "r")
+  if not f then return nil end
+  local ok, data = pcall(pandoc.json.decode, f:read("a"), false)
+  f:close()
+  return ok and type(data) == "table" and data or nil
+end
+
+local function cap(text, id)
+  if id:sub(1, 1):match("%u") then return text:sub(1, 1):upper() .. text:sub(2) end
+  return text
+end
+
+local function SectionRefs(doc)
+  local xref = read_json("xref.json")
+  if not xref then return nil end
+  local present = {}
+  doc.blocks:walk({ Header = function(h)
+    if h.identifier:match("^sec%-") then present[h.identifier] = pandoc.utils.stringify(h.content) end
+  end })
+  local known = xref.sections or {}
+  return doc:walk({ Cite = function(cite)
+    local out = pandoc.Inlines({})
+    for n, c in ipairs(cite.citations) do
+      local id = c.id
+      local key = id:sub(1, 1):lower() .. id:sub(2)
+      if not key:match("^sec%-") then return nil end
+      if n > 1 then out:extend({ pandoc.Str(","), pandoc.Space() }) end
+      if present[key] and xref.numbered ~= true then
+        out:insert(pandoc.Link(pandoc.Inlines(cap(present[key], id)), "#" .. key, "", pandoc.Attr("", { "crossref" })))
+      elseif not present[key] and type(known[key]) == "string" then
+        out:insert(pandoc.Span(pandoc.Inlines(cap(known[key], id) .. " (left out of this build)"),
+          pandoc.Attr("", { "crossref-absent" }, { { "data-label", key } })))
+      else
+        return nil
+      end
+    end
+    return out
+  end })
+end
+
 return {
-  { Meta = function(meta) state = cf.load(meta) end },
+  { Div = Generated },
+  { Meta = function(meta) meta_ = meta; state = cf.load(meta) end },
   { Div = Choose },
   { Div = Div, Span = Span },
+  { Pandoc = SectionRefs },
 }

@@ -10,6 +10,11 @@ configuration (worker processes, deferred parsing), source rate and stream count
 - the per-token timing error, arrival stamp minus the source's send stamp (same monotonic clock), p50/p99/max; the
   span error (last token's error minus the first's: what moves tok/s and TPOT) and the first token's error;
 - each worker's loop lag and CPU, and the source's CPU (from ``/proc``) over the level;
+- whose share a miss is: per token timed, the milliseconds the client's processes and the source spent runnable
+  but waiting for a core (run-queue wait, ``/proc/PID/schedstat``: the machine's share) and the client's own CPU
+  time (the client's share); ``miss_share`` names the larger for a level that missed. The source and the client
+  run on separate CPUs when the process may use two or more (the source on the last, each client worker on one of
+  its own when there are enough; ``pin=False`` leaves placement to the scheduler);
 - bounds on what the client's error can do to a reported percentile: ``first_token_error_ms_p99`` for a TTFT
   percentile, ``itl_error_ms_p99`` (a gap's error: the difference of its two tokens') for an ITL percentile;
 - a verdict per level against :data:`TARGETS`: ``pass`` when every figure is within its target, else ``miss`` with
@@ -35,10 +40,12 @@ from offload_lab.core import procs, runs
 from offload_lab.core.errors import ServerError
 from offload_lab.load import client as load
 from offload_lab.load import closed_loop
+from offload_lab.load import workers as workers_mod
+from offload_lab.load.share import schedstat
 from offload_lab.load.workloads import PreparedWorkload, RequestSpec, WorkloadSpec
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "clock_check"
-EVENTS = "events.jsonl"
 SUMMARY = "summary.csv"
 
 # What a level must meet for the client to be trusted there (absolute values). The rate error bounds tok/s and TPOT
@@ -113,31 +120,56 @@ def _work(streams: int, requests_per_stream: int, tokens: int) -> PreparedWorklo
     return work
 
 
+def placement(source_cpus: list[int] | None = None, pin: bool = True) -> tuple[list[int] | None, list[int] | None]:
+    """(the source's CPUs, the client's CPUs): given ones kept; else, with ``pin`` and two or more usable CPUs, the
+    last for the source and the rest for the client; else (None, None), the scheduler's choice."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if source_cpus:
+        rest = [c for c in usable if c not in set(source_cpus)]
+        return list(source_cpus), (rest or None)
+    if not pin or len(usable) < 2:
+        return None, None
+    return usable[-1:], usable[:-1]
+
+
 def run_clock_check(run: runs.Run, streams: list[int], rate_tok_s: float = 50.0, ttft_ms: float = 50.0,
                     tokens: int = 64, requests_per_stream: int = 3, source_cpus: list[int] | None = None,
                     progress: Any = print, clients: list[ClientConfig] | None = None,
-                    rates: list[float] | None = None) -> pd.DataFrame:
+                    rates: list[float] | None = None, pin: bool = True) -> pd.DataFrame:
     """Every client configuration at every source rate and stream count; ``summary.csv`` has one row each."""
     clients = clients or [ClientConfig(name="w1")]
+    source_cpus, client_cpus = placement(source_cpus, pin)
+    own = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with run.events(EVENTS) as log:
         for rate in rates or [rate_tok_s]:
             proc, url = start_source(rate, ttft_ms, source_cpus)
             try:
+                if client_cpus:  # the in-process client (w1) and the coordinator keep off the source's CPU
+                    os.sched_setaffinity(0, set(client_cpus))
                 for client in clients:
                     for n in streams:
+                        k = min(client.workers, n)
+                        plan = None
+                        if client_cpus and k > 1:
+                            plan = workers_mod.pin_plan(k) or [tuple(client_cpus)]  # within the client's CPUs
                         stop = closed_loop.StopState(closed_loop.StopRule())
                         extra = {"client": client.name, "rate_tok_s": rate}
-                        cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+                        cpu0, s0, t0 = _cpu_s(proc.pid), schedstat(proc.pid), time.monotonic()
                         result = load.run_sync(closed_loop.run_level(
                             url, _work(n, requests_per_stream, tokens), stop, log, scrape_interval_s=None,
-                            extra=extra, workers=min(client.workers, n), defer=client.defer))
-                        cpu1, t1 = _cpu_s(proc.pid), time.monotonic()
+                            extra=extra, workers=k, defer=client.defer, pin=plan))
+                        cpu1, s1, t1 = _cpu_s(proc.pid), schedstat(proc.pid), time.monotonic()
                         source_cpu = (cpu1 - cpu0) / (t1 - t0) if cpu0 is not None and cpu1 is not None else None
+                        source_wait = s1["runq_wait_s"] - s0["runq_wait_s"] if s0 and s1 else None
                         log.append({"kind": "level", "level": n, "window_ns": result.window_ns, **extra,
-                                    "workers": result.workers, "source_cpu": source_cpu, **result.lag})
+                                    "workers": result.workers, "source_cpu": source_cpu,
+                                    "source_runq_wait_s": source_wait, "source_cpus": source_cpus,
+                                    "client_cpus": client_cpus, **result.lag})
                         if progress:
                             progress(f"clock check: {client.name} at {rate:g} tok/s, {n} stream(s) done")
             finally:
+                if own is not None and client_cpus:
+                    os.sched_setaffinity(0, own)
                 procs.terminate_group(proc, 5)
     summary = summarize(runs.read_events(run.file(EVENTS)), rate_tok_s)
     run.write_table(SUMMARY, summary)
@@ -204,9 +236,42 @@ def summarize(events: list[dict[str, Any]], rate_tok_s: float) -> pd.DataFrame:
             "lag_ms_p99": lv.get("lag_ms_p99"),
             "worker_cpu_max": max((w.get("cpu_util") or 0.0 for w in workers), default=None),
             "source_cpu": lv.get("source_cpu"),
+            **shares(workers, lv.get("source_runq_wait_s"), int(err["token"].size)),
+            "source_cpus": _cpus(lv.get("source_cpus")), "client_cpus": _cpus(lv.get("client_cpus")),
         })
         rows[-1].update(level_verdict(rows[-1]))
+        rows[-1]["miss_share"] = miss_share(rows[-1])
     return pd.DataFrame(rows)
+
+
+def _cpus(cpus: list[int] | None) -> str:
+    return ",".join(map(str, cpus)) if cpus else "any"
+
+
+def shares(workers: list[dict[str, Any]], source_wait_s: float | None, tokens: int) -> dict[str, float | None]:
+    """Per token timed, in ms: the client's CPU time, and the time its processes and the source's were runnable
+    but not running (run-queue wait; None where the kernel does not report it)."""
+    if not tokens:
+        return {"client_cpu_ms_per_token": None, "client_runq_ms_per_token": None, "source_runq_ms_per_token": None}
+    waits = [w.get("runq_wait_s") for w in workers]
+    return {
+        "client_cpu_ms_per_token": sum(w.get("cpu_s") or 0.0 for w in workers) / tokens * 1e3 if workers else None,
+        "client_runq_ms_per_token": (sum(waits) / tokens * 1e3 if workers and None not in waits else None),
+        "source_runq_ms_per_token": source_wait_s / tokens * 1e3 if source_wait_s is not None else None,
+    }
+
+
+def miss_share(row: dict[str, Any]) -> str:
+    """For a level that missed: ``machine`` when waiting for a core (client's and source's run-queue wait) cost
+    more per token than the client's own CPU time, ``client`` when its CPU did; "" for a pass or where the kernel
+    gave no run-queue figures."""
+    if row.get("verdict") != "miss":
+        return ""
+    cpu, waits = row.get("client_cpu_ms_per_token"), (row.get("client_runq_ms_per_token"),
+                                                       row.get("source_runq_ms_per_token"))
+    if cpu is None or None in waits:
+        return ""
+    return "machine" if sum(waits) > cpu else "client"
 
 
 def level_verdict(row: dict[str, Any], targets: dict[str, float] | None = None) -> dict[str, str]:

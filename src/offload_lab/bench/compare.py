@@ -40,11 +40,11 @@ from offload_lab.load import closed_loop, prompts
 from offload_lab.load import metrics as server_metrics
 from offload_lab.load.endpoint import Endpoint
 from offload_lab.load.workloads import PreparedWorkload, RequestSpec, WorkloadSpec
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "compare"
 WINDOWS = "windows.csv"
 SUMMARY = "comparison.json"
-EVENTS = "events.jsonl"
 TOOLS = ("ours", *peers.PEERS)
 
 
@@ -338,6 +338,12 @@ def compare(run: runs.Run, base_url: str | Endpoint, server_python: Path, model:
     out = {**p.model_dump(mode="json"), "block_size": block, "client_cpus": sorted(cpus) if cpus else None,
            "peer_versions": {t: peers.PEERS[t].version(ctx) for t in p.tools}, **summarize(rows, p.tools)}
     run.write_json(SUMMARY, out)
+    by_tool = {t: sum(r["completed"] for r in rows if r["tool"] == t) for t in tools}
+    if not any(by_tool.values()) or not by_tool.get("ours"):
+        # Nothing (or nothing of ours) completed: there is no figure to compare, and the run is not `ok`.
+        raise ProducerError(f"compare: no request completed ({', '.join(f'{t}: {n}' for t, n in by_tool.items())} "
+                            f"completed); see {run.file(EVENTS)} for the errors; what was measured is kept in "
+                            f"{run.path}")
     return out
 
 

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from offload_lab.core.bounds import MAX_TOKENS
+
 PEER_NAMES = ("vllm", "aiperf", "guidellm")
 AGREE_WITHIN = 0.03
 MIN_ROUNDS = 4
@@ -30,19 +32,22 @@ class CompareParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tools: list[str] = Field(default_factory=lambda: list(PEER_NAMES))
+    tools: list[str] = Field(default_factory=lambda: list(PEER_NAMES),
+                             description="peers beside this load generator: vllm, aiperf, guidellm")
     # Longer than one KV block (128 on vLLM's CPU backend), so that a prefix hit is possible and the cache check
     # has something to find; with 128-token prompts no block can ever hit and the check is empty.
-    input_len: int = Field(320, ge=4)
-    output_len: int = Field(64, ge=2)
-    num_prompts: int = Field(16, ge=1)
-    concurrency: int = Field(1, ge=1)
+    input_len: int = Field(320, ge=4, le=MAX_TOKENS,
+                           description="prompt tokens, longer than one KV block so that the cache check can find a hit")
+    output_len: int = Field(64, ge=2, le=MAX_TOKENS, description="output tokens per request")
+    num_prompts: int = Field(16, ge=1, description="requests per round and tool")
+    concurrency: int = Field(1, ge=1, description="closed-loop concurrency")
     # Mirrored rounds come in pairs; four or more for a figure anyone quotes (a test may run two).
-    rounds: int = Field(MIN_ROUNDS, ge=2)
-    cache: CacheMode = "cold"
+    rounds: int = Field(MIN_ROUNDS, ge=2, description="rounds, in mirrored order")
+    cache: CacheMode = Field("cold", description="cold: no prompt may hit the prefix cache; shared: every prompt of "
+                                                 "a window starts with the same primed prefix, so every tool gets the "
+                                                 "same hits on purpose")
     # shared: whole blocks of a primed prefix in every prompt of a window (fresh per tool and round).
-    shared_blocks: int = Field(1, ge=1)
-
+    shared_blocks: int = Field(1, ge=1, description="shared: KV blocks in the primed prefix")
 
 def check_tools(tools: list[str]) -> list[str]:
     """The peers named, or a clear error naming the flag (before any server is asked anything)."""

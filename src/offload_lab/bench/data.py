@@ -1,6 +1,6 @@
 """``offload-lab bench-data``: regenerate ``data/bench/`` with the settings that ``docs/load-generator.md`` quotes.
 
-Parts (each a run under ``OUT/bench/<experiment>/``):
+Parts (each a run under ``DATA_DIR/bench/<experiment>/``):
 
 - ``clock``: the clock check at 1, 8, 64 and 256 streams, source rates 50 and 200 tok/s, clients ``w1-inline`` (the
   client before issue 15), ``w1`` and ``w2``; the newest such run calibrates the client-health verdict;

@@ -15,12 +15,12 @@ import pandas as pd
 from offload_lab.core import runs
 from offload_lab.core.errors import InputError
 from offload_lab.load import client as load
-from offload_lab.load import closed_loop, open_loop, workers, workloads
+from offload_lab.load import closed_loop, open_loop, sweep, workers, workloads
 from offload_lab.load.bar import BAR_TOK_S
 from offload_lab.load.endpoint import Endpoint
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "open_loop"
-EVENTS = "events.jsonl"
 RATES = "rates.csv"
 KNEE = "knee.json"
 
@@ -59,4 +59,10 @@ def run_rates(run: runs.Run, base_url: str | Endpoint, spec: workloads.WorkloadS
     run.write_table(RATES, table)
     run.write_json(KNEE, {"bar_tok_s": bar_tok_s, "knee_rps": open_loop.knee(rows, bar_tok_s),
                           "max_concurrency": params.max_concurrency, "stopped": stop.reason})
+    failed = [r["rate_rps"] for r in rows if not r["ok"]]
+    if stop.reason or failed:
+        # A rate where no request succeeded measured nothing: the run is not `ok`, whatever the table says.
+        why = stop.reason or f"no request succeeded at {', '.join(f'{r:g}' for r in failed)} req/s"
+        raise sweep.SweepStopped(f"open loop: {why} ({stop.errors} of {stop.requests} requests failed); what was "
+                                 f"measured is kept in {run.path}")
     return table

@@ -244,10 +244,14 @@ def write_jupyter_config(prefix: Path | str | None = None) -> list[Path]:
 def _parameter(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep or not name:
-        raise argparse.ArgumentTypeError(f"parameter {text!r} is not NAME=VALUE (the value is read as YAML)")
-    import yaml
+        raise argparse.ArgumentTypeError(f"parameter {text[:80]!r} is not NAME=VALUE (the value is read as YAML)")
+    from offload_lab.core.errors import InputError
+    from offload_lab.core.inputs import parse_yaml_value
 
-    return name, yaml.safe_load(value)
+    try:
+        return name, parse_yaml_value(value, f"parameter {name[:80]}")  # bounded: an alias bomb is refused
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,12 +272,74 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give a notebook and an output path (or --write-jupyter-config)")
     if not args.notebook.is_file():
         p.error(f"notebook {args.notebook} does not exist")
+    from offload_lab.core.errors import InputError
+    from offload_lab.core.inputs import check_server_url
+    from offload_lab.core.redact import url_outside_parameters
+
+    code = 0
+    params = dict(args.parameter)
     try:
-        execute_notebook(args.notebook, args.output, dict(args.parameter), args.cwd)
-    except ProducerError as e:
+        if params.get("base_url"):
+            check_server_url(params["base_url"], "base_url")  # as `bench --url` checks it, before any kernel starts
+        # The URL's credentials go to the kernel through its environment, never into the output notebook.
+        with url_outside_parameters(params.get("base_url")) as shown:
+            if shown:
+                params["base_url"] = shown
+            execute_notebook(args.notebook, args.output, params, args.cwd)
+    except InputError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 4
-    return 0
+        return 2
+    except ProducerError as e:
+        from offload_lab.core.redact import redact_text
+
+        print(f"error: {redact_text(str(e))}", file=sys.stderr)
+        code = 4
+    finally:
+        # However it ended: where the run went, with its output notebook kept beside its data.
+        kept = keep_in_run(args.output) if args.output.is_file() else None
+        if kept is not None:
+            print(f"output notebook kept in the run directory: {kept}")
+    return code
+
+
+def run_directory_of(output: Path) -> Path | None:
+    """The run a hand-run notebook made, from the line :func:`offload_lab.experiments.notebook.say_run_directory`
+    printed into the output notebook (None for a notebook that makes no run, such as explore.ipynb)."""
+    import nbformat
+
+    from offload_lab.experiments.notebook import RUN_DIRECTORY
+
+    nb = nbformat.read(str(output), as_version=4)
+    for cell in reversed(nb.cells):
+        for out in reversed(cell.get("outputs", [])):
+            for line in reversed(str(out.get("text", "")).splitlines()):
+                if line.startswith(RUN_DIRECTORY):
+                    path = Path(line[len(RUN_DIRECTORY):].strip().rsplit(" (", 1)[0])
+                    return path if (path / "manifest.json").is_file() else None
+    return None
+
+
+def keep_in_run(output: Path) -> Path | None:
+    """Copy the output notebook into the run it made (``notebook.ipynb``, as the campaign runner keeps it) and add it
+    to the finished run's manifest, so that the paper links a hand run to its notebook as it does a campaign's."""
+    from offload_lab.campaigns.steps import OUTPUT_NOTEBOOK
+    from offload_lab.core import runs
+
+    run_dir = run_directory_of(output)
+    if run_dir is None:
+        return None
+    manifest = runs.load_manifest(run_dir)
+    if manifest.get("outcome") == "running" or not manifest.get("hand_run"):
+        return None  # a campaign's run: its runner keeps the notebook itself
+    target = run_dir / OUTPUT_NOTEBOOK
+    if output.resolve() != target.resolve():
+        runs.atomic_write_bytes(target, output.read_bytes())
+    manifest.setdefault("files", {})[OUTPUT_NOTEBOOK] = {"sha256": runs.sha256_file(target),
+                                                         "bytes": target.stat().st_size}
+    nb = manifest.get("notebook")
+    manifest["notebook"] = {**(nb if isinstance(nb, dict) else {"path": nb}), "output": OUTPUT_NOTEBOOK}
+    runs.write_manifest(run_dir, manifest)
+    return target
 
 
 if __name__ == "__main__":

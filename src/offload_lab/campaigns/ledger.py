@@ -24,7 +24,7 @@ from offload_lab.core import runs
 from offload_lab.core.errors import InputError
 from offload_lab.core.redact import redact_record
 
-LEDGER_NAME = "ledger.jsonl"
+LEDGER_NAME = runs.LEDGER_NAME
 POD_ENV = "OFFLOAD_LAB_POD"
 PROVIDER_ENV = "OFFLOAD_LAB_POD_PROVIDER"
 PLAN_ENV = "OFFLOAD_LAB_POD_PLAN"
@@ -95,6 +95,8 @@ class Session:
 def _append(path: Path, obj: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
+        # A line torn by a crash or a full disk is ended first: this one stays whole, readers skip the torn one.
+        runs.start_on_fresh_line(f, path)
         f.write(json.dumps(redact_record(obj), default=str, separators=(",", ":")) + "\n")  # no URL credentials
         f.flush()
         os.fsync(f.fileno())
@@ -165,15 +167,16 @@ def _iso(ts: float | int | None) -> str | None:
     return dt.datetime.fromtimestamp(float(ts), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _priced(seconds: float, total: Any, stack_price: dict[str, Any] | None) -> dict[str, Any]:
+def _priced(seconds: float, total: Any, stack_price: dict[str, Any] | None, nodes: int = 1) -> dict[str, Any]:
+    """SkyPilot's cost of a launch (every node), else the stack file's price, which is one node's, times the nodes."""
     if total and seconds > 0:
         return {"cost": round(float(total), 4), "currency": "USD", "source": "launcher",
                 "price": {"per_hour": round(float(total) / (seconds / 3600), 4), "currency": "USD"},
                 "note": "sky cost-report: SkyPilot's catalog price, not the invoice"}
     if stack_price:
-        return {"cost": round(seconds / 3600 * float(stack_price["per_hour"]), 4),
+        return {"cost": round(seconds / 3600 * float(stack_price["per_hour"]) * nodes, 4),
                 "currency": stack_price["currency"], "price": stack_price, "source": "stack_file",
-                "note": "the launcher gave no price; cost at the stack file's price"}
+                "note": f"the launcher gave no price; cost at the stack file's price x {nodes} node(s)"}
     return {"cost": None, "currency": None, "price": None, "source": "none",
             "note": "neither the launcher nor the stack file gives a price"}
 
@@ -210,7 +213,8 @@ def _pod_line(base: dict[str, Any], r: dict[str, Any], stack_price: dict[str, An
     line.update(started_at=_iso(min((iv[0] for iv in intervals), default=r.get("launched_at"))),
                 ended_at=None if is_open or not ends else _iso(max(ends)), open=is_open,
                 minutes=round(seconds / 60, 3), nodes=r.get("num_nodes"), resources=r.get("resources"),
-                status=r.get("status"), **_priced(seconds, r.get("total_cost"), stack_price))
+                status=r.get("status"), **_priced(seconds, r.get("total_cost"), stack_price,
+                                                  int(r.get("num_nodes") or 1)))
     return line
 
 
@@ -233,8 +237,22 @@ def read_pods(data_root: Path | str, campaign: str) -> list[dict[str, Any]]:
     pods = {k: v for k, v in pods.items() if k[1] != "None" or k[0] not in listed}  # listed later: superseded
     sessions = read_ledger(data_root, campaign) if pods else []
     for (name, _), pod in pods.items():
-        pod["sessions"] = [s["session"] for s in sessions if (s.get("pod") or {}).get("name") == name]
+        # a cluster name launched again is another launch: each session under the launch it started in
+        pod["sessions"] = [s["session"] for s in sessions if (s.get("pod") or {}).get("name") == name
+                           and _within(s.get("started_at"), pod.get("started_at"), pod.get("ended_at"))]
     return list(pods.values())
+
+
+def _within(at: str | None, start: str | None, end: str | None) -> bool:
+    """Whether ``at`` falls in the launch from ``start`` to ``end`` (still open: no end), to the second (SkyPilot
+    reports whole seconds)."""
+    import re
+
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+    if not at or not start or not stamp.match(at) or not stamp.match(start):
+        return True  # a line without times cannot be told apart: kept, as before launches were told apart
+    second = at[:19]
+    return start[:19] <= second and (end is None or second <= end[:19])
 
 
 def pod_totals(pods: list[dict[str, Any]]) -> dict[str, Any]:

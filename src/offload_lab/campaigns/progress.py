@@ -23,76 +23,20 @@ seconds on the monotonic clock since the campaign started.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import IO, Any, Callable, Iterable, Literal, Mapping
 
+from offload_lab.campaigns.progress_words import (ExperimentRecord, Step, brief, cell_words, first_line,  # noqa: F401
+                                                  plural)
 from offload_lab.core.progress import COUNT_LINE, END_LINE, PHASE_LINE  # noqa: F401  (COUNT_LINE: tests and callers read it)
 
 Mode = Literal["auto", "rich", "quiet", "json"]
 # In quiet mode, the longest a running step stays silent: a "still running" line follows this many seconds after
 # the last line printed.
 QUIET_EVERY_S = 10.0
-
-
-@dataclass
-class ExperimentRecord:
-    """One notebook of the campaign, as the summary lists it."""
-
-    experiment: str
-    cells: int
-    detail: str | None = None
-    run: str | None = None
-    outcome: str = "running"
-    cells_done: int = 0
-    seconds: float | None = None
-    error: str | None = None
-    started: float = field(default=0.0, repr=False)
-
-
-@dataclass
-class _Step:
-    """A count or a phase being shown: its latest value and when it started."""
-
-    label: str
-    started: float
-    done: int | None = None
-    total: int | None = None
-    unit: str = ""
-    text: str = ""
-    task: Any = None
-
-    def words(self) -> str:
-        if self.total is None:
-            return f"{self.label}: {self.text}"
-        return f"{self.label}: {self.done}/{self.total} {self.unit}"
-
-
-def _first(text: Any) -> str:
-    """An error's first line (marked when cut): the summary's one line per experiment."""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return "" if not lines else lines[0] + (" \u2026" if len(lines) > 1 else "")
-
-
-def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"experiment": row.get("experiment"), "outcome": row.get("outcome"), "run": row.get("run"),
-            "error": _first(row["error"]) if row.get("error") else None}
-
-
-def _cell_words(cell: Any) -> str:
-    """A cell's papermill_description, else its first line that is not a comment, an import or a ``with`` (every
-    experiment's cell opens with ``with notebook.running(...)``: the line inside says more)."""
-    source = str(getattr(cell, "source", "") or "")
-    m = re.search(r"papermill_description=(\S+)", source)
-    if m:
-        return m.group(1)
-    lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("#", "import ", "from ", "with "))]
-    text = (useful or lines or [""])[0]
-    return text if len(text) <= 48 else text[:47] + "\u2026"
 
 
 class Progress:
@@ -111,7 +55,7 @@ class Progress:
         self._rich: Any = None
         self._overall: Any = None
         self._task: Any = None
-        self._steps: dict[str, _Step] = {}
+        self._steps: dict[str, Step] = {}
         self._cell: tuple[int, str, float] | None = None
         self._lock = threading.RLock()
         self._last_line = time.monotonic()
@@ -215,7 +159,8 @@ class Progress:
                            error=reason, cells=0, cells_done=0, seconds=None)
             elif self._rich is not None:
                 mark = "-" if outcome == "skipped" else "\u2717"
-                task = self._rich.add_task(f"{mark} {name}", total=1, status=f"{outcome}: {reason or ''}"[:80],
+                # No bar: an empty one ("0/1") would read as work still to come.
+                task = self._rich.add_task(f"{mark} {name}", total=None, status=f"{outcome}: {reason or ''}"[:80],
                                            unit="cells")
                 self._rich.stop_task(task)
                 if self._overall is not None:
@@ -240,16 +185,20 @@ class Progress:
         total = time.monotonic() - self._t0
         stopped = sum(1 for r in failed if r.get("outcome") == "stopped")
         head = (f"campaign {self.campaign}: " if self.campaign else "") + \
-            f"{ok} of {len(rows)} experiment(s) ok" + \
+            f"{ok} of {len(rows)} {plural(len(rows), 'experiments')} ok" + \
             (f", {len(failed) - stopped} failed" if len(failed) > stopped else "") + \
             (f", {stopped} stopped" if stopped else "") + \
             (f", {len(skipped)} skipped" if skipped else "") + f" in {total:.0f} s"
         notes = list(notes)
         if self.mode == "json":
             self._emit("summary", campaign=self.campaign, ok=ok, experiments=rows, seconds=round(total, 3),
-                       failed=[_brief(r) for r in failed], skipped=[_brief(r) for r in skipped], notes=notes)
+                       failed=[brief(r) for r in failed], skipped=[brief(r) for r in skipped], notes=notes)
             return rows
         self.close()
+        if not rows:
+            # Nothing ran (the server did not answer, the file named nothing): the error says why; a summary of
+            # "0 of 0" before it would only mislead.
+            return rows
         if self.mode == "rich":
             self._rich_summary(head, rows, notes)
         else:
@@ -257,7 +206,7 @@ class Progress:
             for r in rows:
                 secs = f"{r['seconds']:.0f} s" if isinstance(r.get("seconds"), (int, float)) else "-"
                 self._line(f"  {r['experiment']}: {r.get('outcome')} ({secs})"
-                           + (f" {r['run']}" if r.get("run") else "") + (f": {_first(r['error'])}"
+                           + (f" {r['run']}" if r.get("run") else "") + (f": {first_line(r['error'])}"
                                                                          if r.get("error") else ""))
             for note in notes:
                 self._line("  " + note)
@@ -284,7 +233,7 @@ class Progress:
                 step.done is not None and done < total and (done < step.done or step.done >= step.total))
             if new:
                 self._drop(label)
-                step = self._steps[label] = _Step(label, time.monotonic())
+                step = self._steps[label] = Step(label, time.monotonic())
             assert step is not None
             step.done, step.total, step.unit = done, total, unit
             rec = self._current()
@@ -307,7 +256,7 @@ class Progress:
                 return  # said already
             if step is None or step.total is not None:
                 self._drop(label)
-                step = self._steps[label] = _Step(label, time.monotonic())
+                step = self._steps[label] = Step(label, time.monotonic())
             step.text = text
             if self.mode == "json":
                 rec = self._current()
@@ -342,11 +291,11 @@ class Progress:
         (on_cell_complete fires before the cell has finished, and on_notebook_complete not at all under papermill.)"""
 
         def started(cell: Any = None, cell_index: int = 0, **_: Any) -> None:
-            self.cell(cell_index, _cell_words(cell))
+            self.cell(cell_index, cell_words(cell, cell_index))
 
         def executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None, **_: Any) -> None:
             status = ((execute_reply or {}).get("content") or {}).get("status", "ok")
-            self.cell(cell_index, _cell_words(cell), finished=True, status=status)
+            self.cell(cell_index, cell_words(cell, cell_index), finished=True, status=status)
 
         return {"on_cell_execute": started, "on_cell_executed": executed}
 
@@ -360,6 +309,18 @@ class Progress:
 
     def flush(self) -> None:
         pass
+
+    def experiments_left_s(self, left: int) -> float | None:
+        """Seconds the ``left`` experiments not yet finished will take at the mean notebook time of those finished
+        (a notebook's time excludes its server's boot), less what the running one has done; None before any."""
+        with self._lock:
+            times = [r.seconds for r in self.records if r.seconds is not None and r.outcome != "running"]
+            if not times:
+                return None
+            mean = sum(times) / len(times)
+            rec = self._current()
+            running = min(mean, time.monotonic() - rec.started) if rec is not None else 0.0
+            return max(0.0, mean * left - running)
 
     # ---- internals ----------------------------------------------------------------------------------------------
 
@@ -440,15 +401,23 @@ class Progress:
             def render(self, task: Any) -> Text:
                 if task.total is None:
                     return Text("")
-                return Text(f"{int(task.total - task.completed)} {task.fields.get('unit', '')} left", style="dim")
+                left = int(task.total - task.completed)
+                return Text(f"{left} {plural(left, task.fields.get('unit', ''))} left", style="dim")
+
+        progress = self
 
         class Eta(ProgressColumn):
-            """Time left at the pace so far, once a count has moved (not for cells: they differ too much)."""
+            """Time left at the pace so far, once a count has moved (not for cells: they differ too much). For the
+            campaign, from the work left: the experiments' own times (server boots counted apart, so a boot does
+            not make the estimate climb while the work shrinks)."""
 
             def render(self, task: Any) -> Text:
                 if task.total is None or not task.completed or task.finished or task.elapsed is None \
                         or task.stop_time is not None or task.fields.get("unit") == "cells":
                     return Text("")
+                if task.fields.get("unit") == "experiments":
+                    left = progress.experiments_left_s(int(task.total - task.completed))
+                    return Text("" if left is None else f"~{left:.0f} s to go, boots apart", style="dim")
                 left = task.elapsed / task.completed * (task.total - task.completed)
                 return Text(f"~{left:.0f} s to go", style="dim")
 

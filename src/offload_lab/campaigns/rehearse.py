@@ -19,12 +19,22 @@ A rehearsal runs the campaign's own notebooks, load generator and paper build; o
    says it is a rehearsal and names the pod model.
 
 Runs go to the campaign ``<name>-rehearsal`` (or the overrides file's ``campaign``) under the data root given, never
-into the pod campaign's own directory. Time is not accelerated (``time_scale: 1`` in every record).
+into the pod campaign's own directory.
+
+Time is accelerated by ``time_scale`` (default :data:`DEFAULT_TIME_SCALE`; 1 is real time), only where the client's
+clock still resolves it (:mod:`offload_lab.core.timescale`): a TTFT or TPOT above its floor is served
+``floor + (w - floor) / S``, the floors set from the load generator's measured clock error (the newest clock check
+under the repository's ``data/``, :func:`clock_floors`): the TPOT's at :data:`FLOOR_MARGIN` x its per-token p99, the
+TTFT's at S x :data:`TTFT_MARGIN` x its median first-token error; without a clock check decode stays real. The factor, floors and their source are in ``rehearsal.json``, every run's manifest (``time_scale``) and the
+emulated server's boot log. Every duration the rehearsal sets against the pod (comparison.csv, the predicted minutes
+and cost, and the measured inputs of capacity and cost) is converted back to pod time once, from the record of the
+run it comes from.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,6 +48,7 @@ from offload_lab.campaigns import rehearse_cost, rehearse_report
 from offload_lab.campaigns import runner as campaigns
 from offload_lab.core import environment, inputs, runs
 from offload_lab.core.errors import InputError
+from offload_lab.core.timescale import DEFAULT_TIME_SCALE, TimeScale
 from offload_lab.emulate.podmodel import load_pod_model
 from offload_lab.server import stack as stackmod
 
@@ -46,7 +57,18 @@ EMULATOR_MODULE = "offload_lab.emulate.server"
 EXPERIMENT = "rehearsal"
 RECORD = "rehearsal.json"
 WORK = ".rehearsal-work"  # under the data root: dry runs, plans, the synthetic checkpoint (not runs)
-TIME_SCALE = 1.0  # no time acceleration: every TTFT and TPOT is served in real time
+# The TPOT floor is this many times the clock's measured per-token p99 error: a served TPOT stays at least twice what
+# the client can misplace a token by, at the worst calibrated level the campaign reaches.
+FLOOR_MARGIN = 2.0
+# A TTFT converted back carries the client's first-token error times S. TTFTs up to S x this x the measured median
+# (p50) first-token error are served in real time, so that this error stays under 1/TTFT_MARGIN (2%) of any median
+# TTFT that is converted back (the long prefills: 128K-260K-token prompts wait 14-45 s on the published pod).
+TTFT_MARGIN = 50.0
+# Without any clock check, TTFTs up to this are served in real time (and decode is not accelerated): above the
+# first-token p99 error of every committed clock check of the deferred clients (data/bench/clock_check) at <= 64
+# streams.
+FALLBACK_TTFT_FLOOR_S = 0.1
+CLOCK_CHECK = ("bench", "clock_check")  # campaign and experiment of the load generator's clock checks
 
 
 class Overrides(BaseModel):
@@ -63,6 +85,83 @@ class Overrides(BaseModel):
     skip: list[str] = Field(default_factory=list, description="experiments the rehearsal leaves out")
     why: str = Field("", description="why the campaign is shortened (recorded)")
     ready_timeout_s: float = Field(120.0, gt=0, description="the emulated servers' ready timeout")
+
+
+class _Scaled:
+    """A pod model's pace as the accelerated emulator serves it (for the model's seconds of what ran here)."""
+
+    def __init__(self, model: Any, scale: TimeScale):
+        self.model, self.scale = model, scale
+
+    def ttft_s(self, new_tokens: int, cached_tokens: int = 0) -> float:
+        return self.scale.serve_ttft_s(self.model.ttft_s(new_tokens, cached_tokens))
+
+    def tpot_ms(self, streams: float, context_tokens: int) -> float:
+        return self.scale.serve_tpot_ms(self.model.tpot_ms(streams, context_tokens))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def served_pace(model: Any, scale: TimeScale) -> Any:
+    return model if not scale.accelerated else _Scaled(model, scale)
+
+
+def max_streams(campaign: campaigns.Campaign) -> int:
+    """The most requests the campaign's parameters run at once (streams, users), at least 1."""
+    most = 1
+    for e in campaign.spec.experiments:
+        p = campaigns.experiment_params(campaign, e)
+        for key in ("streams", "users"):
+            v = p.get(key) if isinstance(p, dict) else None
+            for x in (v if isinstance(v, list) else [v]):
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    most = max(most, int(x))
+    return most
+
+
+def clock_floors(root: Path, streams: int, factor: float,
+                 margin: float = FLOOR_MARGIN) -> tuple[float, float | None, dict[str, Any]]:
+    """(TTFT floor s, TPOT floor ms or None, source) from the newest ok clock check under ``root``/data: the worst
+    p50 first-token and p99 per-token error of the deferred clients (w1, w2: the sweeps' parsing) at every rate and at
+    every calibrated level up to the first one at or above ``streams``; the TPOT floor is ``margin`` x the per-token
+    error, the TTFT floor ``factor`` x :data:`TTFT_MARGIN` x the first-token error."""
+    import pandas as pd
+
+    run = runs.latest_run(root / "data", *CLOCK_CHECK)
+    if run is None or not (run / "summary.csv").is_file():
+        return FALLBACK_TTFT_FLOOR_S, None, {
+            "clock_check": None, "why": f"no clock check under {root / 'data'}: decode is not accelerated, TTFTs "
+                                        f"up to FALLBACK_TTFT_FLOOR_S = {FALLBACK_TTFT_FLOOR_S} s are real"}
+    t = pd.read_csv(run / "summary.csv")
+    t = t[~t["client"].astype(str).str.endswith("-inline")]
+    levels = sorted(set(int(x) for x in t["streams"]))
+    top = next((x for x in levels if x >= streams), levels[-1])
+    t = t[t["streams"] <= top]
+    tok, first = float(t["token_error_ms_p99"].max()), float(t["first_token_error_ms_p50"].max())
+    if not (math.isfinite(tok) and math.isfinite(first)):
+        raise InputError(f"clock check {run} has no per-token or first-token p99 error to set the floors from; "
+                         "run `offload-lab clock-check` again or pass --time-scale 1")
+    return first * factor * TTFT_MARGIN / 1000.0, tok * margin, {
+        "clock_check": str(run.relative_to(root)) if run.is_relative_to(root) else str(run),
+        "columns": ["token_error_ms_p99", "first_token_error_ms_p50"], "clients": sorted(set(t["client"])),
+        "tpot_floor": "margin x token_error_ms_p99_worst", "ttft_floor": "factor x ttft_margin x "
+        "first_token_error_ms_p50_worst", "ttft_margin": TTFT_MARGIN,
+        "levels": sorted(set(int(x) for x in t["streams"])), "campaign_max_streams": streams, "margin": margin,
+        "token_error_ms_p99_worst": tok, "first_token_error_ms_p50_worst": first}
+
+
+def time_scale(campaign: campaigns.Campaign, factor: float) -> TimeScale:
+    if not (factor >= 1.0 and math.isfinite(factor)):
+        raise InputError(f"--time-scale {factor:g}: give a factor of at least 1 (1 is real time)")
+    if factor == 1.0:
+        return TimeScale(why="real time (--time-scale 1)")
+    ttft_floor, tpot_floor, source = clock_floors(campaign.root, max_streams(campaign), factor)
+    return TimeScale(factor=factor, ttft_floor_s=ttft_floor, tpot_floor_ms=tpot_floor, floor_source=source,
+                     why=f"the campaign as written takes longer here than a rehearsal should (about 85-90 min at the "
+                         f"published pace for study-pod.yaml); waits are served {factor:g}x faster above floors set "
+                         "from the client's measured clock error, and every duration set against the pod is "
+                         "converted back")
 
 
 @dataclass
@@ -108,7 +207,7 @@ def stack_files(campaign: campaigns.Campaign) -> list[Path]:
 
 
 def emulated_stack(st: stackmod.Stack, pod_model: Path, checkpoint: Path, plans_dir: Path,
-                   ready_timeout_s: float) -> dict[str, Any]:
+                   ready_timeout_s: float, scale: TimeScale | None = None) -> dict[str, Any]:
     """The stack file the rehearsal boots instead of ``st``: the same server flags, arguments, environment and plan
     choice; the emulator's module in the lab environment, the synthetic checkpoint, the dry run's plans."""
     data = st.spec.model_dump(mode="json")
@@ -121,7 +220,8 @@ def emulated_stack(st: stackmod.Stack, pod_model: Path, checkpoint: Path, plans_
     data["model"]["build"] = None
     server = data["server"]
     server["module"] = EMULATOR_MODULE
-    server["args"] = list(server.get("args") or []) + ["--pod-model", str(pod_model)]
+    server["args"] = (list(server.get("args") or []) + ["--pod-model", str(pod_model)]
+                      + (scale.server_args() if scale is not None and scale.accelerated else []))
     server["ready_timeout_s"] = ready_timeout_s
     server["stop_timeout_s"] = 10.0
     server["probe"] = {**server.get("probe", {}), "timeout_s": 120.0, "grace_s": 5.0}
@@ -221,15 +321,11 @@ def derived_campaign(campaign: campaigns.Campaign, name: str, swap: dict[Path, P
             continue
         if e.get("stack"):
             e["stack"] = str(swap[campaign.stack_path(e["stack"]).resolve()])
-        params = _merge(e.get("parameters") or {}, over.experiments.get(e["experiment"], {}))
-        if Path(e["notebook"]).stem == "quality" and "reference" not in over.experiments.get(e["experiment"], {}):
-            # Both sides on the emulated pod: the vendor's API needs a key and the network (declared in the data).
-            params["reference"] = None
-        if (Path(e["notebook"]).stem in ("capacity", "cost") and params.get("source") == "measured"
-                and not params.get("price_stack") and campaign.spec.stack):
-            # Priced as the real pod: the pod campaign's stack file, not its emulated copy.
-            params["price_stack"] = campaign.spec.stack
-        e["parameters"] = params
+        overridden = over.experiments.get(e["experiment"], {})
+        params = _merge(e.get("parameters") or {}, overridden)
+        # What a rehearsal changes is the experiment folder's to say (e.g. both quality sides on the emulated pod).
+        adapt = rehearse_cost.declared(Path(e["notebook"]).stem, "rehearsal_parameters")
+        e["parameters"] = adapt(params, overridden, campaign.spec.stack) if adapt else params
         kept.append(e)
     data["experiments"] = kept
     return data
@@ -240,7 +336,8 @@ def derived_campaign(campaign: campaigns.Campaign, name: str, swap: dict[Path, P
 def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals",
              overrides_file: Path | str | None = None, pod_model: Path | str | None = None,
              paper: bool = True, paper_out: Path | str | None = None,
-             log: Callable[[str], None] = print, progress: Any = None) -> RehearsalResult:
+             log: Callable[[str], None] = print, progress: Any = None,
+             time_scale_factor: float = DEFAULT_TIME_SCALE) -> RehearsalResult:
     started = time.monotonic()
     campaign = campaigns.load_campaign(campaign_file)
     campaigns.validate(campaign)
@@ -252,6 +349,11 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
     model_path = Path(pod_model or over.pod_model or DEFAULT_POD_MODEL)
     model_path = (model_path if model_path.is_absolute() else root / model_path).resolve()
     model = load_pod_model(model_path)
+    scale = time_scale(campaign, float(time_scale_factor))
+    if scale.accelerated:
+        log(f"time scale {scale.factor:g}: TTFT above {scale.ttft_floor_s:g} s and "
+            + ("decode kept real" if scale.tpot_floor_ms is None else f"TPOT above {scale.tpot_floor_ms:.2f} ms")
+            + " served faster; every figure set against the pod is converted back")
     name = over.campaign or f"{campaign.spec.name}-rehearsal"
     runs.check_name("campaign", name)
     if name == campaign.spec.name:
@@ -263,7 +365,8 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
     env = environment.capture_environment()
     run = runs.new_run(data_root, name, EXPERIMENT, {
         "campaign_file": str(campaign.file), "overrides": str(overrides_file) if overrides_file else None,
-        "pod_model": str(model_path)}, kind=EXPERIMENT, environment=env)
+        "pod_model": str(model_path), "time_scale": scale.factor}, kind=EXPERIMENT, environment=env,
+        time_scale=scale.record())
     # Outside the run directory: the synthetic checkpoint's shards are sparse but hundreds of GB long, and a run's
     # files are all hashed when it finishes.
     work = data_root / WORK / name / run.run_id
@@ -282,7 +385,8 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
             plans_dir = Path(dry[str(path)]["workdir"]) / "plans"
             target = run.file("stacks") / f"{st.spec.name}-emulated.yaml"
             target.parent.mkdir(exist_ok=True)
-            target.write_text(yaml.safe_dump(emulated_stack(st, model_path, ckpt, plans_dir, over.ready_timeout_s),
+            target.write_text(yaml.safe_dump(emulated_stack(st, model_path, ckpt, plans_dir, over.ready_timeout_s,
+                                                            scale),
                                              sort_keys=False), encoding="utf-8")
             swap[path] = target
         derived = run.file("campaign.yaml")
@@ -292,11 +396,11 @@ def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals
             run.file("overrides.yaml").write_bytes(Path(overrides_file).read_bytes())
         rehearsal = campaigns.load_campaign(derived, root=root)
         failures += rehearse_report.length_problems(rehearsal)
-        parts = rehearse_report.run_parts(rehearsal, data_root, log, progress)
+        parts = rehearse_report.run_parts(rehearsal, data_root, log, progress, scale)
         failures += [f for f in parts if f.get("level") == "error"]
         record = rehearse_report.build_record(
             campaign, rehearsal, model, model_path, over, overrides_file, data_root, parts, dry, failures,
-            seconds=time.monotonic() - started, time_scale=TIME_SCALE)
+            seconds=time.monotonic() - started, scale=scale)
         rehearse_report.write(run, record)
         run.finish("ok")
     except BaseException as e:

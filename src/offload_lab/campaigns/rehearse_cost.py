@@ -45,13 +45,18 @@ def model_seconds(model: PodModel, kind: str, parameters: dict[str, Any]) -> flo
     return None if f is None else f(model, parameters)
 
 
-def predict(model: PodModel, rows: list[dict[str, Any]], price: dict[str, Any] | None) -> dict[str, Any]:
+def predict(model: PodModel, rows: list[dict[str, Any]], price: dict[str, Any] | None,
+            served: Any = None) -> dict[str, Any]:
     """``rows``: one per experiment with ``kind``, ``seconds`` (measured here), ``full`` and ``rehearsed`` (the
-    campaign's and the rehearsal's parameters). Adds the scale, the predicted minutes and cost; returns the totals."""
+    campaign's and the rehearsal's parameters). Adds the scale, the predicted minutes and cost; returns the totals.
+    ``served``: the pace the emulator served what ran here at (an accelerated rehearsal's, see
+    :func:`offload_lab.campaigns.rehearse.served_pace`; default the model's own): the model's seconds of the rehearsed
+    parameters at that pace are what the measured seconds hold, replaced by the model's seconds of the full ones."""
     per_hour = float(price["per_hour"]) if price else None
     total_min = 0.0
     for r in rows:
-        full, done = model_seconds(model, r["kind"], r["full"]), model_seconds(model, r["kind"], r["rehearsed"])
+        full = model_seconds(model, r["kind"], r["full"])
+        done = model_seconds(served if served is not None else model, r["kind"], r["rehearsed"])
         r["model_seconds_full"], r["model_seconds_rehearsed"] = full, done
         r["scale"] = (full / done) if full and done else 1.0  # how much more pod time the full parameters take
         r["added_seconds"] = (full - done) if full is not None and done is not None else 0.0

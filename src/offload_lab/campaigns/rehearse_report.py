@@ -13,14 +13,29 @@ import pandas as pd
 from offload_lab.campaigns import rehearse_cost
 from offload_lab.campaigns import runner as campaigns
 from offload_lab.core import runs
+from offload_lab.core.timescale import MANIFEST_KEY, REAL_TIME, TimeScale
 from offload_lab.emulate.podmodel import PodModel
 from offload_lab.experiments.notebook import kind_of_notebook
 
 
+def stamp(run_dir: Path | str | None, scale: TimeScale) -> None:
+    """Record the time scale in a run's manifest (its boot run's too): whoever reads the run against the pod
+    converts its durations back from this record (:func:`offload_lab.core.timescale.of_manifest`)."""
+    if not run_dir or not (Path(run_dir) / runs.MANIFEST).is_file():
+        return
+    m = runs.load_manifest(run_dir)
+    if m.get(MANIFEST_KEY) != scale.record():
+        runs.write_manifest(run_dir, {**m, MANIFEST_KEY: scale.record()})
+    boot = (m.get("boot") or {}).get("run") if isinstance(m.get("boot"), dict) else None
+    if boot and boot != str(run_dir):
+        stamp(boot, scale)
+
+
 def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str], None],
-              progress: Any = None) -> list[dict[str, Any]]:
+              progress: Any = None, scale: TimeScale = REAL_TIME) -> list[dict[str, Any]]:
     """The boots, then each experiment, each through the ordinary runner; a failure is recorded and the next part
-    runs (the rehearsal's point is to find every step that would fail)."""
+    runs (the rehearsal's point is to find every step that would fail). Every run made is stamped with ``scale``
+    as soon as its part ends (before the parts that read it run)."""
     spec = rehearsal.spec
     parts = ([campaigns.BOOTS] if spec.boots else []) + [e.experiment for e in spec.experiments]
     out = []
@@ -37,6 +52,8 @@ def run_parts(rehearsal: campaigns.Campaign, data_root: Path, log: Callable[[str
             row["level"], row["message"] = "error", f"{type(e).__name__}: {str(e)[:800]}"
             log(f"rehearsal: {part} would fail: {row['message']}")
         row["seconds"] = time.monotonic() - t0
+        for r in row["runs"] + [b.get("run") for b in row["boots"]]:
+            stamp(r, scale)
         for b in row["boots"]:
             if b.get("as_expected") is False:
                 row["level"] = "error"
@@ -103,26 +120,40 @@ def _latest(data_root: Path, campaign: str, experiment: str) -> Path | None:
 
 def comparison(model: PodModel, data_root: Path, campaign: str, kinds: dict[str, str]) -> list[dict[str, Any]]:
     """The emulated measurements beside the published figures the pod model was built from: each experiment folder
-    that declares ``compare`` sets its latest run (``kinds``: experiment name -> its folder) beside the model."""
+    that declares ``compare`` sets its latest run (``kinds``: experiment name -> its folder) beside the model.
+
+    A row's ``as`` (ttft_s, tpot_ms or tok_s, with ``streams`` and the reply's ``tokens``) says what kind of duration it is; its ``emulated``
+    is converted back to pod time here, once, by the time scale the run's manifest records (``measured`` keeps the
+    value as measured, ``time_factor`` the ratio)."""
     rows: list[dict[str, Any]] = []
     for experiment, kind in kinds.items():
         compare = rehearse_cost.declared(kind, "compare")
         if compare is None or (run := _latest(data_root, campaign, experiment)) is None:
             continue
+        from offload_lab.core.timescale import of_manifest
+
+        scale = of_manifest(runs.load_manifest(run))
         for r in compare(model, run):
             v = r.get("emulated")
-            rows.append(r | {"emulated": None if v is None or v != v else float(v),
-                             "file": str(r["file"]) if r.get("file") else None})
+            v = None if v is None or v != v else float(v)
+            pod = None if v is None else scale.to_pod(v, str(r.get("as")), float(r.get("streams") or 1),
+                                                      r.get("tokens"))
+            rows.append({k: x for k, x in r.items() if k not in ("as", "streams", "tokens")}
+                        | {"emulated": pod, "measured": v, "time_factor": (pod / v) if v and pod else None,
+                           "file": str(r["file"]) if r.get("file") else None})
     return rows
 
 
 def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: PodModel, model_path: Path,
                  over: Any, overrides_file: Path | str | None, data_root: Path, parts: list[dict[str, Any]],
                  dry: dict[str, Any], failures: list[dict[str, Any]], seconds: float,
-                 time_scale: float) -> dict[str, Any]:
+                 scale: TimeScale = REAL_TIME) -> dict[str, Any]:
+    from offload_lab.campaigns.rehearse import served_pace
+
     rows = _experiment_rows(pod, rehearsal, parts)
     price = campaigns._price(pod)
-    totals = rehearse_cost.predict(model, rows, price)
+    # What ran here ran at the served pace: the model's seconds of it are the accelerated ones.
+    totals = rehearse_cost.predict(model, rows, price, served=served_pace(model, scale))
     name = rehearsal.spec.name
     kinds = {r["experiment"]: r["kind"] for r in rows}
     timing = None
@@ -136,9 +167,18 @@ def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: 
         "rehearsal_campaign": name,
         "pod_model": {"path": str(model_path), "file": model_path.name, "name": model.name,
                       "sha256": runs.sha256_file(model_path), "source": model.source, "derived": model.derived(),
-                      "leaves_out": model.leaves_out},
-        "time_scale": time_scale,
-        "time_note": "no acceleration: the emulated pod serves every TTFT and TPOT in real time",
+                      "leaves_out": model.leaves_out,
+                      # a pod model derived from hardware (offload-lab pod predict): every figure is a prediction
+                      "prediction": model.prediction.model_dump() if model.prediction else None},
+        "predicted": model.is_prediction,
+        "time_scale": scale.factor,
+        "time_scaling": scale.record(),
+        "time_note": ("no acceleration: the emulated pod serves every TTFT and TPOT in real time"
+                      if not scale.accelerated else
+                      f"accelerated {scale.factor:g}x above floors of {scale.ttft_floor_s:g} s (TTFT) and "
+                      + ("no decode acceleration" if scale.tpot_floor_ms is None
+                         else f"{scale.tpot_floor_ms:.2f} ms (TPOT)")
+                      + "; comparison.csv's emulated figures and the predicted minutes are in pod time"),
         "overrides": {"file": str(overrides_file) if overrides_file else None,
                       "sha256": runs.sha256_file(overrides_file) if overrides_file else None,
                       "why": over.why, "experiments": over.experiments, "skip": over.skip},
@@ -168,7 +208,7 @@ def write(run: runs.Run, record: dict[str, Any]) -> None:
                                                                                    "message", "fix"]))
     run.write_table("comparison.csv", pd.DataFrame(record["comparison"],
                                                    columns=["figure", "published", "emulated", "published_source",
-                                                            "file"]))
+                                                            "measured", "time_factor", "file"]))
 
 
 def build_paper(name: str, data_root: Path, root: Path, out: Path | str | None,

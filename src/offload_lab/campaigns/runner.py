@@ -103,6 +103,9 @@ class CampaignFile(BaseModel):
     repeat_boots: int = Field(1, ge=1, description="boot the server this many times; run the experiments after each")
     boots: list[BootSpec] = Field(default_factory=list)
     ledger: bool = Field(True, description="write a session to <data>/<campaign>/ledger.jsonl")
+    hand_runs: list[str] = Field(default_factory=list,
+                                 description="runs made by hand (run ids, or `all`) that the campaign's paper reads "
+                                             "beside its sessions' runs, marked \"by hand\" (paper.selection)")
     experiments: list[ExperimentSpec] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from offload_lab.cli.common import (
     MAX_STREAMS,
     MAX_TOKENS,
     nonneg_seconds,
+    seconds,
     token_rate,
     finite_float,
     http_url,
@@ -22,6 +23,7 @@ from offload_lab.cli.common import (
 )
 from offload_lab.cli.common import print_json as _print_json
 from offload_lab.cli.common import DATA_DIR
+from offload_lab.cli.model_options import deprecated_alias, typed_flag
 from offload_lab.load.bar import BAR_TOK_S, MARGIN
 
 
@@ -57,7 +59,7 @@ def float_list(text: str, flag: str) -> list[float]:
 def _new_run(args: argparse.Namespace, experiment: str, params: dict[str, Any], **extra: Any) -> Any:
     from offload_lab.core import environment, runs
 
-    return runs.new_run(args.out, args.campaign, experiment, params, environment=environment.capture_environment(),
+    return runs.new_run(args.data_dir, args.campaign, experiment, params, environment=environment.capture_environment(),
                         **extra)
 
 
@@ -103,10 +105,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from offload_lab.core.inputs import check_dir
 
     # Before the server is reached: a bad place or a bad list is the user's to fix, not the server's refusal.
-    check_dir(args.out, "--out", write=True)
+    check_dir(args.data_dir, typed_flag(args, "data_dir", "--data-dir"), write=True)
     if not args.rates:
         int_list(args.streams, "--streams")
     endpoint = Endpoint(args.url)
+    deadlines = {"connect_timeout_s": args.connect_timeout, "read_timeout_s": args.first_byte_timeout,
+                 "request_deadline_s": args.request_deadline}
+    if any(v is not None for v in deadlines.values()):
+        import dataclasses
+
+        endpoint = dataclasses.replace(endpoint, **{k: v for k, v in deadlines.items() if v is not None})
     spec = workloads.WorkloadSpec(
         regime=args.regime, output_tokens=args.output_tokens, prompt_tokens=args.prompt_tokens,
         prefix_tokens=args.prefix_tokens, suffix_tokens=args.suffix_tokens,
@@ -168,20 +176,23 @@ def cmd_clock_check(args: argparse.Namespace) -> int:
     clients = [clock_check.ClientConfig.parse(c) for c in args.clients.split(",") if c.strip()]
     rates = float_list(args.rates, "--rates") if args.rates else [args.rate]
     run = _new_run(args, clock_check.EXPERIMENT,
-                   {"streams": streams, "rates_tok_s": rates, "ttft_ms": args.ttft_ms, "tokens": args.tokens,
+                   {"streams": streams, "rates_tok_s": rates, "ttft_ms": args.ttft_ms, "tokens": args.output_tokens,
                     "requests_per_stream": args.requests_per_stream, "clients": [c.name for c in clients]})
     with runs.finishing(run), _quiet(args):
-        summary = clock_check.run_clock_check(run, streams, rates[0], args.ttft_ms, args.tokens,
+        summary = clock_check.run_clock_check(run, streams, rates[0], args.ttft_ms, args.output_tokens,
                                               args.requests_per_stream, progress=None if args.json else print,
-                                              clients=clients, rates=rates)
+                                              clients=clients, rates=rates, pin=not args.no_pin)
     cols = ["client", "rate_tok_s", "streams", "tok_s_error", "client_rate_error_median", "token_error_ms_p50",
             "token_error_ms_p99", "first_token_error_ms_p99", "itl_error_ms_p99", "lag_ms_p99", "worker_cpu_max",
-            "verdict"]
+            "client_cpu_ms_per_token", "client_runq_ms_per_token", "source_runq_ms_per_token", "verdict",
+            "miss_share"]
     _show(args, run, {"levels": summary.to_dict(orient="records"), "targets": clock_check.TARGETS}, summary[cols])
     if not args.json:
         print("targets (absolute): " + ", ".join(f"{k} <= {v:g}" for k, v in clock_check.TARGETS.items()))
         for _, row in summary[summary["verdict"] != "pass"].iterrows():
-            print(f"  {row['client']} at {row['rate_tok_s']:g} tok/s, {row['streams']} stream(s): {row['missed']}")
+            share = f" (the {row['miss_share']}'s share is larger)" if row["miss_share"] else ""
+            print(f"  {row['client']} at {row['rate_tok_s']:g} tok/s, {row['streams']} stream(s): {row['missed']}"
+                  f"{share}")
     return 0
 
 
@@ -192,10 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from offload_lab.server import stack
 
     st = stack.load_stack(args.stack)
-    params = compare.CompareParams(
-        tools=compare.check_tools([t.strip() for t in args.tools.split(",") if t.strip()]), input_len=args.input_len,
-        output_len=args.output_len, num_prompts=args.num_prompts, concurrency=args.concurrency, rounds=args.rounds,
-        cache=args.cache, shared_blocks=args.shared_blocks)
+    params = args.compare_options.build(args, args.command)
     endpoint = Endpoint(args.url)
     model = endpoint.first_model()
     run = _new_run(args, compare.EXPERIMENT, params.model_dump(mode="json"), server=endpoint.record(),
@@ -230,7 +238,7 @@ def cmd_scrape_cost(args: argparse.Namespace) -> int:
 def cmd_bench_data(args: argparse.Namespace) -> int:
     from offload_lab.bench import data as bench_data
 
-    done = bench_data.regenerate(args.out, parts=args.only.split(","), stack_file=args.stack, force=args.force,
+    done = bench_data.regenerate(args.data_dir, parts=args.only.split(","), stack_file=args.stack, force=args.force,
                                  progress=None if args.json else print)
     if args.json:
         _print_json({"runs": {k: str(v) for k, v in done.items()}})
@@ -242,8 +250,13 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 
 # --- parsers -----------------------------------------------------------------------------------------------------
 
+def _data_root(p: argparse.ArgumentParser, help_: str) -> None:
+    """``--data-dir``, the data root's one name; ``--out`` was its name in these commands (kept, deprecated)."""
+    deprecated_alias(p, "--out", p.add_argument("--data-dir", default=DATA_DIR, help=help_))
+
+
 def _run_flags(p: argparse.ArgumentParser, json_help: str = "print JSON") -> None:
-    p.add_argument("--out", default=DATA_DIR, help="data root the run directory is made under (default: %(default)s)")
+    _data_root(p, "data root the run directory is made under (default: %(default)s)")
     p.add_argument("--campaign", default="bench", help="campaign name for the run (default: bench)")
     p.add_argument("--json", action="store_true", help=json_help)
 
@@ -262,13 +275,16 @@ def _parser(sub: Any, name: str, help_: str, description: str, flags: list[Flag]
             run_flags: bool = True) -> argparse.ArgumentParser:
     """A subcommand from a table of flags (one row each), so that every parser is declared the same way."""
     p = sub.add_parser(name, help=help_, description=description)
-    for flag, kind, default, text in flags:
+    for names, kind, default, text in flags:
+        flag, *old = names.split("|")  # "--new|--old": the old spelling kept, hidden and deprecated
         if kind == _SWITCH:
-            p.add_argument(flag, action="store_true", help=text)
+            action = p.add_argument(flag, action="store_true", help=text)
         elif isinstance(kind, (list, tuple)):
-            p.add_argument(flag, choices=list(kind), default=default, required=default is None, help=text)
+            action = p.add_argument(flag, choices=list(kind), default=default, required=default is None, help=text)
         else:
-            p.add_argument(flag, type=kind, default=default, required=default is _REQUIRED, help=text)
+            action = p.add_argument(flag, type=kind, default=default, required=default is _REQUIRED, help=text)
+        for spelling in old:
+            deprecated_alias(p, spelling, action)
     if run_flags:
         _run_flags(p)
     p.set_defaults(func=func)
@@ -280,6 +296,11 @@ REGIMES = ("short", "cold_prefill", "shared_prefix", "private_context", "agent_t
 
 BENCH_FLAGS: list[Flag] = [
     ("--url", http_url, _REQUIRED, "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"),
+    ("--connect-timeout", seconds, None, "seconds to connect (default 5; env OFFLOAD_LAB_CONNECT_TIMEOUT_S)"),
+    ("--first-byte-timeout", seconds, None, "seconds to the first data event, and of any silence (default 600; "
+                                           "env OFFLOAD_LAB_FIRST_BYTE_TIMEOUT_S)"),
+    ("--request-deadline", seconds, None, "seconds one whole request may take (default: the first-byte timeout + "
+                                         "1 s per output token; env OFFLOAD_LAB_REQUEST_DEADLINE_S)"),
     ("--regime", REGIMES, None, "workload regime"),
     ("--streams", None, "1,2,4", "comma-separated stream counts (default: 1,2,4)"),
     ("--requests-per-stream", positive_int, 4, "requests (turns) per stream per level"),
@@ -316,42 +337,34 @@ CLOCK_FLAGS: list[Flag] = [
     ("--clients", None, "w1", ("client configurations, comma-separated: wK (K worker processes, deferred "
                                "parsing) or wK-inline (default: w1)")),
     ("--ttft-ms", finite_float(0, MAX_SECONDS * 1000), 50.0, "source's delay before the first token (ms)"),
-    ("--tokens", int_at_least_2, 64, "tokens per request (default: 64)"),
+    ("--output-tokens|--tokens", int_at_least_2, 64, "output tokens per request (default: 64)"),
     ("--requests-per-stream", positive_int, 3, "requests per stream per level"),
+    ("--no-pin", _SWITCH, False, ("leave the source and the client to the scheduler (default: with two or more "
+                                  "CPUs, the source on the last, the client's processes on the others)")),
 ]
-def _compare_default(name: str) -> Any:
-    from offload_lab.bench.compare_spec import CompareParams
+def _compare_parser(sub: Any, name: str, help_: str, description: str, tools: tuple[str, ...] | None) -> None:
+    """``compare`` (every peer) or ``compare-vllm`` (``tools``): the server and stack flags here, the rest from
+    CompareParams (bench/compare_spec.py), whose fields are typed once."""
+    from offload_lab.bench.compare_spec import PEER_NAMES, CompareParams, check_tools
+    from offload_lab.cli.model_options import Option, add_model_options
 
-    field = CompareParams.model_fields[name]
-    return field.get_default(call_default_factory=True)
-
-
-def _peer_names() -> tuple[str, ...]:
-    from offload_lab.bench.compare_spec import PEER_NAMES
-
-    return PEER_NAMES
-
-
-def _compare_flags(tools_default: str) -> list[Flag]:
-    d = _compare_default
-    return [
+    p = _parser(sub, name, help_, description, [
         ("--url", http_url, _REQUIRED, "base URL of the running vLLM server"),
-        ("--tools", None, tools_default,
-         f"peers beside this load generator, comma-separated: vllm, aiperf, guidellm (default: {tools_default})"),
         ("--stack", None, "configs/stacks/embedded.yaml",
          "stack file: its Python runs vllm bench, its model is the tokenizer, its CPUs are the server's"),
-        ("--input-len", positive_int, d("input_len"),
-         f"prompt tokens, longer than one KV block so that the cache check can find a hit (default: {d('input_len')})"),
-        ("--output-len", int_at_least_2, d("output_len"), f"output tokens (default: {d('output_len')})"),
-        ("--num-prompts", positive_int, d("num_prompts"), f"requests per round and tool (default: {d('num_prompts')})"),
-        ("--concurrency", positive_int, d("concurrency"), f"closed-loop concurrency (default: {d('concurrency')})"),
-        ("--rounds", int_at_least_2, d("rounds"), f"rounds, in mirrored order (default: {d('rounds')})"),
-        ("--cache", ("cold", "shared"), d("cache"),
-         "cold: no prompt may hit the prefix cache; shared: every prompt of a window starts with the same primed "
-         "prefix, so every tool gets the same hits on purpose (default: cold)"),
-        ("--shared-blocks", positive_int, d("shared_blocks"),
-         f"shared: KV blocks in the primed prefix (default: {d('shared_blocks')})"),
-    ]
+    ], cmd_compare)
+    tools_help = None if tools is None else f"peers beside this load generator: {', '.join(PEER_NAMES)} (default: " \
+                                            f"{','.join(tools)})"
+    p.set_defaults(compare_options=add_model_options(p, CompareParams, (
+        "tools", "input_len", "output_len", "num_prompts", "concurrency", "rounds", "cache", "shared_blocks"), {
+        "tools": Option(parse=lambda t: check_tools([x.strip() for x in t.split(",") if x.strip()]),
+                        metavar="A,B,...", help=tools_help),
+        "input_len": Option(flag="--prompt-tokens", aliases=("--input-len",)),
+        "output_len": Option(flag="--output-tokens", aliases=("--output-len",))}))
+    if tools is not None:
+        p.set_defaults(tools=list(tools))
+
+
 SCRAPE_FLAGS: list[Flag] = [
     ("--url", http_url, _REQUIRED, "base URL of the running server"),
     ("--pid", positive_int, None, "the server's process id (for its CPU)"),
@@ -361,7 +374,6 @@ DATA_FLAGS: list[Flag] = [
     ("--only", None, "clock,open,vllm,vllm-open", "parts: clock, open, vllm, vllm-open (default: all)"),
     ("--stack", None, "configs/stacks/embedded.yaml", "stack file for the vLLM part"),
     ("--force", _SWITCH, None, "replace the existing runs of these experiments"),
-    ("--out", None, DATA_DIR, "data root; the runs go under OUT/bench/ (default: %(default)s)"),
     ("--json", _SWITCH, None, "print JSON"),
 ]
 
@@ -373,7 +385,7 @@ def add_parsers(sub: Any) -> None:
             "output tokens/s per stream over the window where all N are in flight, TPOT, TTFT, achieved "
             "concurrency, cache hits, /metrics, the client-health verdict and how many streams held the bar. With "
             "--rates, send an open-loop schedule (Poisson or gamma) at each rate instead, and report latencies from "
-            "the send and from the schedule, and the knee. Writes a run directory under --out/<campaign>/.",
+            "the send and from the schedule, and the knee. Writes a run directory under --data-dir/<campaign>/.",
             BENCH_FLAGS, cmd_bench)
     _parser(sub, "clock-check", "measure a calibrated token source to prove the load generator's clock",
             "Start a local token source that streams at a set rate per stream, measure it with each client "
@@ -392,15 +404,14 @@ def add_parsers(sub: Any) -> None:
         "served from cache. Prints each tool's ratios to the server and the TTFT it adds, a verdict per peer and "
         "figure (agree within 3%, differ, or refused with the reason), and the figures that are not comparable "
         "and why. Run it under `flock /tmp/offload-vllm.lock` when it shares the machine's vLLM.")
-    _parser(sub, "compare",
-            "run vllm bench serve, AIPerf, GuideLLM and this load generator side by side, drift removed",
-            compare_text, _compare_flags(",".join(_peer_names())), cmd_compare)
-    _parser(sub, "compare-vllm", "`compare --tools vllm`: this load generator beside vllm bench serve",
-            compare_text, _compare_flags("vllm"), cmd_compare)
+    _compare_parser(sub, "compare", "run vllm bench serve, AIPerf, GuideLLM and this load generator side by side, "
+                    "drift removed", compare_text, None)
+    _compare_parser(sub, "compare-vllm", "`compare --tools vllm`: this load generator beside vllm bench serve",
+                    compare_text, ("vllm",))
     _parser(sub, "scrape-cost", "measure what one /metrics scrape costs the server (client time and server CPU)",
             "Watch the server's process tree idle, then time back-to-back GET /metrics; report the client time per "
             "scrape and the server CPU per scrape (less the idle rate), from /proc.", SCRAPE_FLAGS, cmd_scrape_cost)
-    _parser(sub, "bench-data", "regenerate data/bench/: clock check, open-loop knee, and the vLLM cross-checks",
+    data = _parser(sub, "bench-data", "regenerate data/bench/: clock check, open-loop knee, and the vLLM cross-checks",
             "Run every benchmark behind data/bench/ with the settings the docs quote: the clock check (1, 8, 64, 256 "
             "streams; clients w1-inline, w1, w2; 50 and 200 tok/s), open-loop sweeps past the knee of a "
             "capacity-limited token source, and, on the embedded vLLM server (started here; run it under `flock "
@@ -408,6 +419,7 @@ def add_parsers(sub: Any) -> None:
             "streams (needs `make peers-env`) and the /metrics scrape cost. Refuses to add to existing runs of "
             "these benchmarks without --force (which "
             "removes them first).", DATA_FLAGS, cmd_bench_data, run_flags=False)
+    _data_root(data, "data root; the runs go under DATA_DIR/bench/ (default: %(default)s)")
 
 
 __all__ = ["add_parsers"]

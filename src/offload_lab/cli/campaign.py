@@ -4,7 +4,9 @@ at the end naming each failure and skip), or validate its file."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from offload_lab.cli.common import action_group, http_url, port_number
@@ -51,7 +53,7 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
         except CampaignFailed as e:  # it ran all it could: report it, build the paper, then exit 4
             result, failed = e.result, e
         finally:
-            progress.summary(notes=_campaign_notes(result) if result is not None else ())
+            progress.summary(notes=_campaign_notes(result, args.data_dir) if result is not None else ())
     if args.paper and result is not None:
         _campaign_paper(result, partial=failed is not None, quiet=args.json)
     if failed is not None:
@@ -59,9 +61,9 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _campaign_notes(result: CampaignResult) -> list[str]:
+def _campaign_notes(result: CampaignResult, data_dir: str | Path | None = None) -> list[str]:
     """What the summary adds below its list of experiments (whose runs it names already): boot attempts, where the
-    output notebooks are, the ledger."""
+    output notebooks are, the ledger, with a command to run that carries the --data-dir this run used."""
     from offload_lab.campaigns.steps import OUTPUT_NOTEBOOK
 
     notes = []
@@ -71,7 +73,8 @@ def _campaign_notes(result: CampaignResult) -> list[str]:
     if result.runs:
         notes.append(f"each run directory holds its data and its output notebook ({OUTPUT_NOTEBOOK})")
     if result.session:
-        notes.append(f"ledger session {result.session}: `offload-lab campaign ledger {result.campaign}`")
+        flags = "" if data_dir is None or str(data_dir) == str(DATA_DIR) else f" --data-dir {shlex.quote(str(data_dir))}"
+        notes.append(f"ledger session {result.session}: `offload-lab campaign ledger {result.campaign}{flags}`")
     return notes
 
 
@@ -102,6 +105,12 @@ def cmd_campaign_check(args: argparse.Namespace) -> int:
 
     c = campaign.load_campaign(args.file)
     campaign.validate(c)
+    # The paper's sources too, where a checkout holds them: a line Quarto refuses fails the render hours later.
+    from offload_lab.core import paths
+    from offload_lab.paper.build import check_quarto_sources
+
+    if (paths.find_root() / "paper" / "paper.qmd").is_file():
+        check_quarto_sources(paths.find_root())
     print(f"campaign file {args.file} is valid: {len(c.spec.experiments)} experiment(s)")
     # What is skipped when what it reads fails (after:, and what the parameters name).
     for name, deps in campaign.dependencies(c).items():

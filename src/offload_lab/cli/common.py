@@ -139,23 +139,15 @@ probability = finite_float(0, 1, low_open=True)
 
 
 def http_url(text: str) -> str:
-    """An http(s) URL with a host. Credentials in it are allowed (they are redacted wherever recorded)."""
+    """An http(s) URL with a host. Credentials in it are allowed (they are redacted wherever recorded). The check is
+    core.inputs.check_server_url, the one a notebook's base_url goes through."""
+    from offload_lab.core.errors import InputError
+    from offload_lab.core.inputs import check_server_url
+
     try:
-        parts = urlsplit(text)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        _ = parts.port  # a port out of range raises ValueError
-    except ValueError:
-        ok = False
-    if not ok:
-        raise argparse.ArgumentTypeError(f"{redact_text(text)!r} is not an http:// or https:// URL with a host, "
-                                         "e.g. http://127.0.0.1:8000")
-    if parts.query or parts.fragment:
-        # Paths are joined onto the base URL, and a key in the query would be sent in every request's path, which
-        # servers write into their access logs.
-        raise argparse.ArgumentTypeError(f"{redact_text(text)!r} holds a query or fragment (?…, #…); give the "
-                                         "server's base URL only, e.g. http://127.0.0.1:8000 (a key in the URL would "
-                                         "be written into the server's access log)")
-    return text
+        return check_server_url(text, "URL")
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("URL ")) from None
 
 
 def endpoint_url(text: str) -> str:

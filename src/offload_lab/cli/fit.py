@@ -30,6 +30,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     ckpt, cls = read(args)
     model = model_for(args, ckpt, cls)
     result = checkpoint.summary(ckpt, cls)
+    result["params"] = _params(args, ckpt, cls)
+    result["budget"] = args.budget
     sets = {"without_plan": memory.HostSet()}
     if plan is not None:
         problems = planmod.check_plan(plan, cls, ckpt)
@@ -64,11 +66,31 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if result["fits"] else 1
 
 
+def _params(args: argparse.Namespace, ckpt: Any, cls: Any) -> dict[str, Any]:
+    from offload_lab.fit import hfcheckpoint
+
+    lay = getattr(args, "_layout", None)
+    if lay is not None:
+        return {**lay.params(), "source": f"transformers {lay.model_class} on the meta device"}
+    return hfcheckpoint.params_from_checkpoint(ckpt, cls)
+
+
 def _print_audit(r: dict[str, Any]) -> None:
     ck = r["checkpoint"]
-    print(f"{ck['source']}: {ck['shards']} shard(s), {ck['tensors']:,} tensors, {ck['total_bytes'] / 2**30:.2f} GiB "
-          f"(read {ck['fetched_bytes']:,} header bytes"
-          + (f" in {ck['requests']} requests" if ck["requests"] else "") + f"); rules: {r['architecture']}")
+    if ck["kind"] == "config":
+        print(f"{ck['source']}: {ck['tensors']:,} tensors from transformers' model of this config (meta device, no "
+              f"weights), {ck['total_bytes'] / 2**30:.2f} GiB at the config's dtype; architecture {r['architecture']}")
+    else:
+        print(f"{ck['source']}: {ck['shards']} shard(s), {ck['tensors']:,} tensors, {ck['total_bytes'] / 2**30:.2f} "
+              f"GiB (read {ck['fetched_bytes']:,} header bytes"
+              + (f" in {ck['requests']} requests" if ck["requests"] else "") + f"); rules: {r['architecture']}")
+    p = r.get("params") or {}
+    if p.get("total"):
+        print(f"  parameters: {p['total'] / 1e9:.2f}B total, {p['active'] / 1e9:.2f}B active per token "
+              f"({p['active_without_input_embedding'] / 1e9:.2f}B without the input embedding; routed experts "
+              f"{p['experts_per_token']} of {p['experts_per_layer']})")
+    elif p.get("note"):
+        print(f"  parameters: {p['note']}")
     if ck.get("commit"):
         print(f"  revision {ck['revision']} = commit {ck['commit']}")
     print(f"  {'category':15} {'tensors':>9} {'GiB':>10}")
@@ -85,7 +107,7 @@ def _print_audit(r: dict[str, Any]) -> None:
         verdict = {True: "fits", False: "does NOT fit", None: "(no --usable-gib)"}[m["fits"]]
         print(f"  {label.replace('_', ' ')}: TP {m['tp']}{' EP' if m['ep'] else ''}: {gib(m['per_gpu_gib'])} per GPU "
               f"against {gib(m['usable_gib'])} usable, headroom {gib(m['headroom_gib'])}"
-              f" (reserve {m['reserve_gib']:g} GiB): {verdict}; host {gib(m['host_gib_per_gpu'])} per GPU")
+              f" (kept free {m['reserve_gib']:.2f} GiB): {verdict}; host {gib(m['host_gib_per_gpu'])} per GPU")
         h = r["host_ram"][label]
         if h["blocks"]:
             verdict = {True: "fits", False: "does NOT fit", None: "(no --host-ram-gib)"}[h["fits"]]
@@ -98,6 +120,17 @@ def _print_audit(r: dict[str, Any]) -> None:
             verdict = {True: "fits", False: "does NOT fit", None: "(no --usable-gib)"}[m["fits"]]
             print(f"    stage {i}: {gib(m['per_gpu_gib'])} per GPU, headroom {gib(m['headroom_gib'])}: {verdict}; "
                   f"host {gib(m['host_gib_per_gpu'])} per GPU")
+    b = r.get("budget") or {}
+    kv = b.get("kv") or {}
+    if "bytes_per_gpu" in kv and kv.get("kind"):
+        extra = (f", {kv['sliding_layers']} sliding-window layers of {kv['sliding_window']}" if kv["sliding_layers"]
+                 else "") + (f", {kv['state_layers']} state layers" if kv["state_layers"] else "")
+        print(f"  kept free per GPU: KV cache {kv['gib_per_gpu']:.2f} GiB ({kv['kind']}, {kv['streams']} stream(s) x "
+              f"{kv['context']:,} tokens, {kv['full_layers']} full-attention layers{extra}) + activations/graphs "
+              f"{b['activation_reserve_gib']:g} GiB ({b['activation_reserve_source']})")
+    elif b:
+        print(f"  kept free per GPU: activations/graphs {b['activation_reserve_gib']:g} GiB; KV cache: "
+              f"{kv.get('error') or kv.get('note')}")
     if "kv" in r and "bytes_per_token_per_gpu" in r["kv"]:
         print(f"  KV cache ({r['kv']['kind']}): {r['kv']['bytes_per_token_per_gpu']:,} bytes per token per GPU")
     for w in r.get("plan", {}).get("warnings", []):
@@ -171,9 +204,16 @@ def cmd_checkpoint_synth(args: argparse.Namespace) -> int:
     from offload_lab.core.places import check_output
 
     check_output(args.out, "--out", "dir")  # before the spec is read: a bad place is refused at once
-    spec = synthetic.load_spec(args.spec)
-    info = synthetic.write_checkpoint(spec, args.out)
-    info["parameters"] = synthetic.parameter_count(spec)
+    if str(args.spec).endswith(".json") or Path(args.spec).is_dir() or "://" in str(args.spec):
+        from offload_lab.fit import hfcheckpoint
+
+        info = hfcheckpoint.write_synthetic(args.spec, args.out, args.shards)
+    else:
+        spec = synthetic.load_spec(args.spec)
+        if args.shards:
+            spec = spec.model_copy(update={"shards": args.shards})
+        info = synthetic.write_checkpoint(spec, args.out)
+        info["parameters"] = synthetic.parameter_count(spec)
     return emit(args, info, f"wrote {info['shards']} sparse shard(s), {info['tensors']:,} tensors, "
                             f"{info['apparent_bytes'] / 2**30:.1f} GiB apparent, {info['disk_bytes'] / 2**20:.1f} "
                             f"MiB on disk, {info['parameters'] / 1e9:.1f}B parameters, into {args.out}")
@@ -215,8 +255,14 @@ def add_parsers(sub: Any) -> None:
                     "each tensor, and compute the bytes each GPU must hold under tensor (or expert) parallelism, "
                     "with and without a plan file, against the usable memory per GPU; and the host RAM the plan's "
                     "pinned buffers take, exact and rounded up to powers of two as PyTorch's caching host allocator "
-                    "does, against --host-ram-gib. Exits 1 when it does not fit (GPU or host), 2 on bad input.")
-    pa.add_argument("source", help="checkpoint directory, .safetensors file, http(s) URL, or hf://owner/name@revision")
+                    "does, against --host-ram-gib. Given a config.json instead, the tensors come from "
+                    "transformers' model of it (meta device) and the audit adds total and active parameters. Each "
+                    "GPU keeps free the KV cache of --streams x --context tokens and --reserve-gib. Exits 1 when it "
+                    "does not fit (GPU or host), 2 on bad input.")
+    pa.add_argument("source", help="checkpoint directory, .safetensors file, http(s) URL, or "
+                                   "hf://owner/name@revision; or a Hugging Face config.json (a file, a folder "
+                                   "without weights, its URL; --from-config for any source): tensors from "
+                                   "transformers' model of it")
     add_memory_options(pa, usable_required=True)
     pa.add_argument("--plan", default=None, help="plan file: also compute the bytes per GPU with it applied")
     pa.add_argument("--json", action="store_true", help="print the full audit as JSON")
@@ -256,8 +302,13 @@ def add_parsers(sub: Any) -> None:
     pcs = cksub.add_parser(
         "synth", help="write a header-only synthetic checkpoint from a spec (a 300 GiB layout in a few MB of disk)",
         description="Write sparse safetensors shards, model.safetensors.index.json and config.json for the layout "
-                    "a spec describes (configs/checkpoints/*.yaml). It holds no weights.")
-    pcs.add_argument("spec", help="synthetic checkpoint spec (YAML)")
+                    "a spec describes (configs/checkpoints/*.yaml), or for the model a Hugging Face config.json "
+                    "describes (tensors from transformers' model built on the meta device). It holds no weights.")
+    pcs.add_argument("spec", help="synthetic checkpoint spec (YAML), or a Hugging Face config.json (a file, a "
+                                  "directory holding it, a URL or hf://owner/name@revision): the tensors of "
+                                  "transformers' model of it")
+    pcs.add_argument("--shards", type=positive_int, default=None,
+                     help="shards to write (default: the spec's; for a config.json, one per 5 GiB)")
     pcs.add_argument("--out", required=True, help="new, empty directory to write into")
     pcs.add_argument("--json", action="store_true", help="print what was written as JSON")
     pcs.set_defaults(func=cmd_checkpoint_synth)

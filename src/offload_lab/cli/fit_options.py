@@ -31,16 +31,37 @@ def gib(x: float | None) -> str:
 
 
 def read(args: argparse.Namespace, source: str | None = None) -> tuple[Any, Any]:
-    from offload_lab.fit import checkpoint
+    """The checkpoint a command names and its classification: from the safetensors headers, or, for a config.json
+    (or ``--from-config``), from transformers' model built on the meta device (fit/hfmodel.py)."""
+    from offload_lab.fit import checkpoint, hfcheckpoint, hfmodel
 
     opts = checkpoint.RemoteOptions(concurrency=args.concurrency, retries=args.retries)
-    ckpt = checkpoint.read_checkpoint(source or args.source, opts, hf_endpoint=args.hf_endpoint)
+    src = source or args.source
+    formats = _formats(args)
+    if hfmodel.config_source(src, getattr(args, "from_config", False)):
+        ckpt, cls, lay = hfmodel.read_model(src, opts, hf_endpoint=args.hf_endpoint, formats=formats)
+        args._layout = lay
+        return ckpt, cls
+    if formats:
+        raise InputError(f"--weights/--format-for size a model from its config.json; {src} is read from its "
+                         "safetensors headers, whose bytes are what it stores (add --from-config to size it anew)")
+    ckpt = checkpoint.read_checkpoint(src, opts, hf_endpoint=args.hf_endpoint)
     if not any(shard.tensors for shard in ckpt.shards):
         # An empty header "fits" anything: say that there is nothing to fit instead.
         raise InputError(f"checkpoint {source or args.source}: its safetensors header(s) hold no tensor, so there is "
                          "nothing to fit; give a model's checkpoint")
+    by_hf = None if args.architecture else hfcheckpoint.classify_by_transformers(ckpt)
+    if by_hf is not None:
+        cls, args._layout = by_hf
+        return ckpt, cls
     cls = checkpoint.classify(ckpt, args.architecture, args.engram_pattern)
     return ckpt, cls
+
+
+def _formats(args: argparse.Namespace) -> dict[str, Any]:
+    from offload_lab.fit import formats
+
+    return formats.parse_assignments(getattr(args, "format_for", None), getattr(args, "weights", None))
 
 
 def check_heads(config: dict[str, Any] | None, tp: int) -> None:
@@ -58,7 +79,37 @@ def model_for(args: argparse.Namespace, ckpt: Any, cls: Any) -> Any:
     check_heads(ckpt.config, args.tp)
     par = memory.Parallelism(tp=args.tp, ep=args.ep, placement=args.placement,
                              tp_modes=memory.parse_tp_modes(args.tp_mode or []))
+    _add_kv_to_reserve(args, ckpt)
     return memory.MemoryModel(cls, par, ckpt.config)
+
+
+def _add_kv_to_reserve(args: argparse.Namespace, ckpt: Any) -> None:
+    """What a GPU keeps free beside the weights: the activations/graphs reserve (--reserve-gib) plus the KV cache of
+    --streams sequences of --context tokens, from the architecture (fit/kvbudget.py). ``args.reserve_gib`` becomes
+    the sum (every verdict reads it); the parts are kept in ``args.budget``."""
+    from offload_lab.fit import kvbudget
+
+    if not hasattr(args, "context") or getattr(args, "budget", None) is not None:
+        return
+    args.activation_reserve_gib = args.reserve_gib
+    info: dict[str, Any] = {"activation_reserve_gib": args.reserve_gib,
+                            "activation_reserve_source": "--reserve-gib" if isinstance(args.reserve_gib, _GivenGiB) else
+                            "the default: the dsv41 anchor's activations, graphs and staging; vLLM profiles yours at "
+                            "start-up"}
+    context = args.context if args.context is not None else kvbudget.default_context(ckpt.config)
+    if ckpt.config and context:
+        try:
+            kv = kvbudget.kv_budget(ckpt.config, args.tp, context, args.streams, getattr(args, "_layout", None))
+        except InputError as e:
+            info["kv"] = {"error": str(e)}
+        else:
+            info["kv"] = kv.to_dict()
+            args.reserve_gib = args.reserve_gib + kv.bytes_per_gpu / 2**30
+    else:
+        info["kv"] = {"context": context, "streams": args.streams, "bytes_per_gpu": 0,
+                      "note": "no config.json: KV cache not sized" if context else "--context 0: weights only"}
+    info["reserve_gib_total"] = args.reserve_gib
+    args.budget = info
 
 
 def bandwidth(args: argparse.Namespace) -> Any:
@@ -79,6 +130,18 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("reading the checkpoint")
     g.add_argument("--architecture", choices=sorted(RULESETS), default=None,
                    help="tensor naming rules to classify with (default: from config.json, else from the names)")
+    g.add_argument("--from-config", action="store_true",
+                   help="read only the source's config.json (a directory with weights, a URL or "
+                        "hf://owner/name@revision) and take the tensors from transformers' model built on the meta "
+                        "device; a .json file or a directory without weights is read this way anyway")
+    from offload_lab.fit.formats import FORMAT_HELP
+
+    g.add_argument("--weights", default=None, metavar="FORMAT",
+                   help=f"from a config.json: the format its linear weights are served in ({FORMAT_HELP}; default: "
+                        "the config's dtype); norms, biases and the router stay at the dtype")
+    g.add_argument("--format-for", action="append", metavar="CATEGORY=FORMAT",
+                   help="from a config.json: one category's format over --weights, e.g. routed_expert=gguf:Q4_K or "
+                        "routed_expert=exl3:3.0; repeatable")
     g.add_argument("--engram-pattern", default=DEFAULT_ENGRAM_PATTERN,
                    help=f"regular expression naming Engram lookup tables (default: {DEFAULT_ENGRAM_PATTERN})")
     g.add_argument("--concurrency", type=positive_int, default=16, help="shards read at once over HTTP (default: 16)")
@@ -106,8 +169,27 @@ def add_parallel_options(p: argparse.ArgumentParser, tp_required: bool = False) 
 def add_memory_options(p: argparse.ArgumentParser, usable_required: bool = False, what: str = "") -> None:
     p.add_argument("--usable-gib", type=memory_gib, required=usable_required, default=None,
                    help="usable memory per GPU in GiB (what the driver reports, times gpu_memory_utilization)" + what)
-    p.add_argument("--reserve-gib", type=nonneg_gib, default=0.0,
-                   help="headroom a GPU must keep free for KV cache, activations and graphs (default: 0)")
+    from offload_lab.fit.kvbudget import DEFAULT_RESERVE_GIB, DEFAULT_CONTEXT, DEFAULT_STREAMS
+
+    p.add_argument("--reserve-gib", type=_reserve_gib, default=DEFAULT_RESERVE_GIB,
+                   help="memory a GPU keeps free for activations, CUDA graphs and staging buffers, beside the KV cache "
+                        f"(default: {DEFAULT_RESERVE_GIB:g}, the dsv41 anchor's ~5 GiB; vLLM profiles yours at "
+                        "start-up)")
+    p.add_argument("--context", type=nonneg_int, default=None,
+                   help=f"tokens of KV cache per stream that must fit beside the weights (default: {DEFAULT_CONTEXT}, "
+                        "or the model's max_position_embeddings when smaller; 0: weights only). Sized per layer from "
+                        "the architecture: MLA, GQA, sliding windows, Mamba/linear-attention state")
+    p.add_argument("--streams", type=positive_int, default=DEFAULT_STREAMS,
+                   help=f"concurrent sequences, each with --context tokens of KV (default: {DEFAULT_STREAMS})")
+    p.set_defaults(budget=None)
+
+
+class _GivenGiB(float):
+    """A --reserve-gib value the user typed (the default is a plain float): the audit says which it used."""
+
+
+def _reserve_gib(text: str) -> float:
+    return _GivenGiB(nonneg_gib(text))
 
 
 def add_bandwidth_options(p: argparse.ArgumentParser) -> None:

@@ -152,6 +152,18 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 # --- paper -------------------------------------------------------------------------------------------------------
 
+HAND_RUN_HELP = ("also read this run made by hand (papermill or Jupyter outside `campaign run`; `all`: every one); "
+                 "the paper marks it \"by hand\" where it prints its figures and counts it in Limits. Without it, "
+                 "a paper reads only the runs of its campaign's sessions. Repeatable")
+
+def _ask_hand_runs(args: argparse.Namespace) -> None:
+    """--hand-run goes to the selection through the environment, so that Quarto's own hooks read the same runs."""
+    from offload_lab.paper.selection import HAND_RUNS_ENV
+
+    if getattr(args, "hand_run", None):
+        os.environ[HAND_RUNS_ENV] = ",".join(args.hand_run)
+
+
 def cmd_paper_build(args: argparse.Namespace) -> int:
     from offload_lab.paper import build as paper
 
@@ -160,6 +172,7 @@ def cmd_paper_build(args: argparse.Namespace) -> int:
     from offload_lab.core.places import check_output
 
     t0 = time.monotonic()
+    _ask_hand_runs(args)
     # A relative --data-dir is the repository's (as for `campaign run`), so a build from a subdirectory reads the
     # data the campaign wrote.
     data_root = paths.data_root(args.data_dir)
@@ -195,6 +208,7 @@ def cmd_paper_prepare(args: argparse.Namespace) -> int:
     if skipped := paper.hook_skipped("prepare", Path(args.out) if args.out else None, args.root):
         print(skipped)
         return 0
+    _ask_hand_runs(args)
     result = paper.prepare(campaign=args.campaign, data_root=Path(args.data_dir) if args.data_dir else None,
                            out_dir=Path(args.out) if args.out else None,
                            repo_root=Path(args.root) if args.root else None)
@@ -299,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
     q.add_argument("--out", default=None, help="output directory (default: _output/<campaign>)")
     q.add_argument("--root", default=None, help="repository root holding paper/ and _quarto.yml (default: found)")
+    q.add_argument("--hand-run", action="append", default=None, metavar="RUN_ID", help=HAND_RUN_HELP)
     q.add_argument("--frozen", action="store_true",
                    help="also check every file the paper reads against its committed version in git (for a release)")
     q.add_argument("--bundle", default=None, metavar="DIR",
@@ -312,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="campaign (default: $OFFLOAD_LAB_CAMPAIGN, else the one paper.qmd names)")
     q.add_argument("--data-dir", default=None, help="root of the data tree (default: $OFFLOAD_LAB_DATA_ROOT, else data)")
     q.add_argument("--out", default=None, help="output directory (default: paper/_generated)")
+    q.add_argument("--hand-run", action="append", default=None, metavar="RUN_ID", help=HAND_RUN_HELP)
     q.add_argument("--root", default=None, help="repository root holding paper/ and _quarto.yml (default: found)")
     q.set_defaults(func=cmd_paper_prepare)
     q = psub.add_parser("audit", help="audit a rendered paper for numbers no claim produced (Quarto's post-render hook)",
@@ -341,12 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
     from offload_lab.cli import pods as pods_cli  # pod plan|merge|ledger: SkyPilot (handlers in cli/pods.py)
 
     pods_cli.add_parsers(sub)
+    from offload_lab.cli import podpredict; podpredict.add_parsers(sub)  # pod predict, pod model check
     from offload_lab.cli import notebooks as notebooks_cli
 
     notebooks_cli.add_parsers(sub)
     from offload_lab.cli import bench as bench_cli  # bench, clock-check, compare(-vllm), scrape-cost, bench-data
 
     bench_cli.add_parsers(sub)
+    from offload_lab.cli import report as report_cli; report_cli.add_parsers(sub)  # report CAMPAIGN (cli/report.py)
 
     return p
 

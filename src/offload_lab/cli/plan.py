@@ -10,7 +10,8 @@ from typing import Any
 
 from offload_lab.cli.common import print_json as _print_json
 from offload_lab.cli.common import nonneg_int, positive_int
-from offload_lab.cli.fit_options import (action_group, add_bandwidth_options, add_memory_options, add_out_options,
+from offload_lab.cli.fit_options import (action_group, add_bandwidth_options, add_host_ram_options,
+                                         add_memory_options, add_out_options,
                                          add_parallel_options, add_source_options, bandwidth, check_new_out, emit,
                                          fit_errors, gib, layer_share, model_for, read, share)
 from offload_lab.core.errors import InputError
@@ -39,10 +40,12 @@ def cmd_plan_make(args: argparse.Namespace) -> int:
                              counts_path=Path(args.counts) if args.counts else None, model_name=args.model)
     hs = plan.host_set()
     report = model.report(hs, usable_gib=args.usable_gib, reserve_gib=args.reserve_gib)
+    host = _host_check(args, model, hs)
     if counts is not None:
         plan.predicted = planmod.predict(model, hs, counts, bandwidth(args))
     planmod.write_plan(plan, args.out)
-    out = {"plan": args.out, **planmod.plan_summary(plan), "memory": report.to_dict(), "predicted": plan.predicted}
+    out = {"plan": args.out, **planmod.plan_summary(plan), "memory": report.to_dict(), "host_ram": host,
+           "budget": args.budget, "predicted": plan.predicted}
     if args.json:
         _print_json(out)
     else:
@@ -54,6 +57,26 @@ def cmd_plan_make(args: argparse.Namespace) -> int:
             print(f"  expected host bytes per token {plan.predicted['host_bytes_per_token']:,.0f}, GPU hit rate "
                   f"{plan.predicted['gpu_hit_rate']:.3f}")
     return 0
+
+
+def _host_check(args: argparse.Namespace, model: Any, hs: Any) -> dict[str, Any]:
+    """The plan's pinned host bytes (with the allocator's rounding) against the host's RAM: --host-ram-gib, else this
+    machine's; a plan that does not fit is refused (exit 2) unless --no-host-limit."""
+    from offload_lab.fit import host_ram
+
+    limit = None if args.no_host_limit else (args.host_ram_gib or host_ram.this_host_ram_gib())
+    hr = host_ram.host_ram(model, hs, limit, args.host_reserve_gib, args.pinned_granularity, args.pinned == "pow2",
+                           args.pinned_max_round_mib)
+    out = {**hr.to_dict(), "limit_source": "none (--no-host-limit)" if args.no_host_limit else
+           "--host-ram-gib" if args.host_ram_gib else "this machine's RAM (/proc/meminfo MemTotal)"}
+    if hr.fits is False:
+        raise InputError(f"plan needs {hr.needed_bytes / 2**30:,.2f} GiB of pinned host RAM "
+                         f"({'power-of-two blocks' if hr.rounding else 'exact blocks'}, {hr.blocks:,} of them; "
+                         f"{hr.exact_bytes / 2**30:,.2f} GiB exact) but the host has {limit:,.2f} GiB"
+                         f"{f' less {args.host_reserve_gib:g} GiB reserved' if args.host_reserve_gib else ''} "
+                         f"({out['limit_source']}); not written. Give the host's RAM with --host-ram-gib, move fewer "
+                         "experts, or --no-host-limit")
+    return out
 
 
 def cmd_plan_check(args: argparse.Namespace) -> int:
@@ -82,10 +105,20 @@ def _check_as(args: argparse.Namespace) -> int:
     from offload_lab.fit import plan as planmod
     from offload_lab.fit import plan_formats
 
+    from offload_lab.fit import engine_plans
+
     expected = planmod.read_plan(args.written_from) if args.written_from else None
-    ckpt, cls = read(args)
-    n_exp = max((e for _, e in cls.expert_bytes()), default=-1) + 1
-    view = plan_formats.read_as(args.plan, args.format, cls.moe_layers(), n_exp, expected=expected)
+    if args.format in engine_plans.ENGINE_FORMATS:
+        # The architecture's own layer names (vLLM's model code, GGUF's names): a plan keyed for another model's
+        # layers is refused, naming the first key no layer reaches.
+        names, ckpt, cls = _engine_names(args, args.source)
+        view = engine_plans.read(args.plan, args.format, names)
+        if expected is not None and view.ok:
+            view.problems += plan_formats._differences(view, expected)
+    else:
+        ckpt, cls = read(args)
+        n_exp = max((e for _, e in cls.expert_bytes()), default=-1) + 1
+        view = plan_formats.read_as(args.plan, args.format, cls.moe_layers(), n_exp, expected=expected)
     out = {**view.summary(), "checkpoint": str(ckpt.source), "written_from": args.written_from}
     if args.json:
         _print_json(out)
@@ -139,18 +172,43 @@ def cmd_plan_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_names(args: argparse.Namespace, source: str) -> Any:
+    from offload_lab.fit import engine_plans
+
+    from offload_lab.fit import memory
+
+    ckpt, cls = read(args, source)
+    if hasattr(args, "tp"):
+        model = model_for(args, ckpt, cls)
+    else:  # plan check: the names alone; bytes per GPU at one GPU
+        model = memory.MemoryModel(cls, memory.Parallelism(tp=1), ckpt.config)
+    return engine_plans.names_for(ckpt, cls, model, getattr(args, "_layout", None)), ckpt, cls
+
+
 def cmd_plan_export(args: argparse.Namespace) -> int:
-    from offload_lab.fit import hostplan
+    from offload_lab.fit import engine_plans, hostplan
     from offload_lab.fit import plan as planmod
 
     check_new_out(args.out, args.force)
-    mapping, dropped = hostplan.to_host_plan(planmod.read_plan(args.plan))
-    hostplan.write_host_plan(mapping, args.out)
-    out = {"out": args.out, "format": args.format, "layers": len(mapping),
-           "host_experts": sum(len(v) for v in mapping.values()), "dropped": dropped}
+    plan = planmod.read_plan(args.plan)
+    if args.checkpoint:
+        names, _, cls = _engine_names(args, args.checkpoint)
+        fit_errors(args.plan, planmod.check_plan(plan, cls), f"{args.checkpoint}; run `offload-lab plan check`")
+        info = engine_plans.write(plan, args.format, names, args.out)
+        out = {"out": args.out, "format": args.format, **info}
+    elif args.format != hostplan.FORMAT_NAME:
+        raise InputError(f"--format {args.format}: needs --checkpoint (the model's layer names and expert bytes "
+                         "come from its config.json or checkpoint)")
+    else:
+        mapping, dropped = hostplan.to_host_plan(plan)
+        hostplan.write_host_plan(mapping, args.out)
+        out = {"out": args.out, "format": args.format, "layers": len(mapping),
+               "host_experts": sum(len(v) for v in mapping.values()), "dropped": dropped,
+               "layer_name": hostplan.KEY, "names_from": "DeepSeek-V4's (no --checkpoint)"}
     return emit(args, out, f"wrote {args.out} ({args.format}): {out['host_experts']:,} host experts in "
-                           f"{out['layers']} layers",
-                *(f"  not carried (the format has no place for it): {d}" for d in dropped))
+                           f"{out['layers']} layers; layer names from {out['names_from']}",
+                *([f"  {' '.join(out['args'])}"] if out.get("args") else []),
+                *(f"  not carried (the format has no place for it): {d}" for d in out["dropped"]))
 
 
 def cmd_plan_import(args: argparse.Namespace) -> int:
@@ -184,6 +242,7 @@ def add_plan_parser(sub: Any) -> None:
     """Register ``plan`` and its actions on ``offload-lab``'s subparsers."""
     from offload_lab.fit.generators import GENERATORS
     from offload_lab.fit.hostplan import FORMAT_NAME
+    from offload_lab.fit.engine_plans import ENGINE_FORMATS
     from offload_lab.server.plan_spec import PLAN_FORMATS
 
     psub = action_group(sub, "plan", "make, check, show, export or import plan files (which experts go to host RAM)",
@@ -214,6 +273,10 @@ def add_plan_parser(sub: Any) -> None:
                     help="cap on the share of one layer's experts on host, in (0, 1] (activation-aware, budget-fit)")
     pm.add_argument("--model", default=None, help="model name to record in the plan (default: from the source)")
     add_bandwidth_options(pm)
+    add_host_ram_options(pm)
+    pm.add_argument("--no-host-limit", action="store_true",
+                    help="write the plan whatever host RAM its pinned buffers need (default: refuse a plan that "
+                         "needs more than --host-ram-gib, or this machine's RAM)")
     pm.add_argument("--json", action="store_true", help="print the plan's summary and memory as JSON")
     add_parallel_options(pm)
     add_source_options(pm)
@@ -230,7 +293,7 @@ def add_plan_parser(sub: Any) -> None:
                     "is not a list of integer ids in range, or (--written-from) host experts other than the plan's.")
     pc.add_argument("plan", help="plan file")
     pc.add_argument("source", help="checkpoint (as for audit)")
-    pc.add_argument("--format", choices=PLAN_FORMATS, default="offload-lab",
+    pc.add_argument("--format", choices=tuple(dict.fromkeys((*PLAN_FORMATS, *ENGINE_FORMATS))), default="offload-lab",
                     help="read the file as the code that reads this format would (a stack's plans.format): which "
                          "MoE layers it finds, which keys it never looks at, ids out of range or repeated")
     pc.add_argument("--written-from", default=None, metavar="PLAN",
@@ -256,13 +319,26 @@ def add_plan_parser(sub: Any) -> None:
     ps.set_defaults(func=cmd_plan_show)
 
     pe = psub.add_parser(
-        "export", help=f"write a plan in another stack's format ({FORMAT_NAME})",
-        description=f"Write the plan's host experts as {FORMAT_NAME}: the host-plan.json the public dsv41 stack's "
-                    "host-DMA patch reads (EXL3_HOST_EXPERTS). Whole host tensors and metadata have no place in that "
-                    "format and are listed as not carried.")
+        "export", help="write a plan for an engine (dsv41-host-plan, vllm-cpu-offload, llama-cpp-ot)",
+        description=f"Write the plan's host experts for an engine: {FORMAT_NAME}, the host-plan.json the public "
+                    "dsv41 stack's host-DMA patch reads (EXL3_HOST_EXPERTS), keyed by the layer names vLLM gives the "
+                    "--checkpoint's architecture; vllm-cpu-offload, upstream vLLM's --cpu-offload-gb and "
+                    "--cpu-offload-params; llama-cpp-ot, llama.cpp's --override-tensor pattern over GGUF names. A "
+                    "plan the format cannot express is refused (exit 2, naming the first layer). Whole host tensors "
+                    "and metadata have no place in these formats and are listed as not carried.")
     pe.add_argument("plan", help="offload-lab plan file")
-    pe.add_argument("--format", required=True, choices=(FORMAT_NAME,), help="the format to write")
-    add_out_options(pe, "host-plan file")
+    pe.add_argument("--format", required=True, choices=ENGINE_FORMATS,
+                    help="dsv41-host-plan (the host-DMA patch's JSON), vllm-cpu-offload (upstream vLLM's "
+                         "--cpu-offload-gb/--cpu-offload-params, for the first K MoE layers whole) or llama-cpp-ot "
+                         "(llama.cpp --override-tensor over GGUF names, whole layers)")
+    pe.add_argument("--checkpoint", default=None,
+                    help="the model (config.json or checkpoint, as for audit): layer names from vLLM's model code "
+                         "for its architecture, expert bytes from it (default: DeepSeek-V4's names, "
+                         "dsv41-host-plan only)")
+    add_out_options(pe, "file to write")
+    add_memory_options(pe)
+    add_parallel_options(pe)
+    add_source_options(pe)
     pe.add_argument("--json", action="store_true", help="print what was written as JSON")
     pe.set_defaults(func=cmd_plan_export)
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from offload_lab.cli.common import action_group, int_at_least, print_json
 from offload_lab.cli.common import DATA_DIR, DATA_DIR_HELP
+from offload_lab.cli.pod_operator import (PLAN_FILE, cmd_pod_down, cmd_pod_logs, cmd_pod_status, load_plan_dir,
+                                          read_plan, say)
 from offload_lab.core.errors import InputError
 
-PLAN_FILE = "plan.json"
 
 
 def _load(campaign_file: str, stack_file: str | None) -> tuple[Any, Any, Path]:
@@ -58,8 +59,13 @@ def _make_plan(args: argparse.Namespace) -> dict[str, Any]:
         places.check_output(data_dir, "--data-dir", "dir")
     places.check_output(out, "--out", "dir", outside={"the data tree": data_dir})
     check_out(out, args.force, "--out", kind="dir")
-    tasks = {f"{part.cluster}.yaml": sp.task_yaml(sp.task_dict(plan, part, st.spec, campaign, opts))
-             for part in plan.parts}
+    dicts = {part.cluster: sp.task_dict(plan, part, st.spec, campaign, opts) for part in plan.parts}
+    stacks = {part.cluster: sp.stacks_for(plan, part, st.spec, campaign, opts) for part in plan.parts}
+    for cluster, task in dicts.items():
+        missing = sp.missing_installs(task, stacks[cluster])
+        if missing:  # the task is the plan's own making; this guards the run against a setup that drifted from it
+            raise InputError(f"pod {cluster} would boot {', '.join(missing)}, which its setup does not install")
+    tasks = {f"{cluster}.yaml": sp.task_yaml(task) for cluster, task in dicts.items()}
     made = not out.exists()
     written: list[Path] = []
     try:
@@ -72,9 +78,16 @@ def _make_plan(args: argparse.Namespace) -> dict[str, Any]:
                                   "checkout": str(campaign.root),  # what the tasks sync: a relaunch syncs it again
                                   "stack_price": st.spec.price.model_dump() if st.spec.price else None,
                                   "pod": pod.model_dump(),
-                                  "commands": sp.commands(plan, shown, opts, pod.autodown_idle_minutes),
+                                  "stacks": stacks,  # per pod: every stack its setup installs, the planned first
+                                  "commands": sp.commands(plan, shown, opts, pod.autodown_idle_minutes,
+                                                          spot=pod.use_spot),
                                   "tasks": [p.name for p in written]}
         if args.check:
+            from offload_lab.pods import catalog
+
+            offers = catalog.check(pod, str(stack_path))  # offline, before SkyPilot's parser: refused here
+            record["placement"] = {c: None if o is None else {**o.__dict__, "total_per_hour": o.total}
+                                   for c, o in offers.items()}
             checked = sp.check_tasks(written, sp.sky_python(args.sky_python, campaign.root))
             record["skypilot"] = {"version": checked[0]["sky_version"], "tasks": len(checked)}
         (out / PLAN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -99,9 +112,22 @@ def cmd_pod_plan(args: argparse.Namespace) -> int:
     for part in plan.parts:
         what = ("the whole campaign" if not part.only else "--only " + ",".join(part.only)) + (
             f", {part.repeat_boots} boot(s)" if part.repeat_boots else "")
-        print(f"  {part.cluster}: {pod.nodes} x {pod.accelerator}:{pod.count}, {what}")
+        print(f"  {part.cluster}: {pod.nodes} x {pod.accelerator}:{pod.count}, {what}; installs "
+              + ", ".join(record["stacks"][part.cluster]))
     if record.get("skypilot"):
         print(f"  every task loads with SkyPilot {record['skypilot']['version']}'s parser")
+    if "placement" in record:
+        if not record["placement"]:
+            print(f"  placement: {pod.count} x {pod.accelerator} is not in the catalog snapshot "
+                  "(resources/skypilot_catalog): SkyPilot's optimizer places it at launch")
+        for cloud, o in record["placement"].items():
+            if o is None:
+                print(f"  placement on {cloud}: no instance meets the request")
+                continue
+            print(f"  placement on {cloud}: {o['instance']} ({o['region']}, {o['vcpus']:g} vCPUs, "
+                  f"{o['memory_gib']:g} GiB), {o['price']:.2f} USD an hour a node"
+                  + (f", {o['total_per_hour']:.2f} for {o['nodes']} nodes" if o["nodes"] > 1 else "")
+                  + f", each of the {len(plan.parts)} pod(s); SkyPilot's catalog price, not the invoice")
     for step, lines in record["commands"].items():
         if lines:
             print(f"{step}:")
@@ -111,29 +137,23 @@ def cmd_pod_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_pod_launch(args: argparse.Namespace) -> int:
-    from offload_lab.campaigns import ledger
     from offload_lab.campaigns import runner
     from offload_lab.core import paths
+    from offload_lab.pods import bill
     from offload_lab.pods import launch as launchmod
     from offload_lab.pods import merge as mergemod
-    from offload_lab.pods import plan as planmod
     from offload_lab.pods import skypilot as sp
-    from offload_lab.server import stack as stackmod
 
     target = Path(args.campaign)
     if (target / PLAN_FILE).is_file():  # a plan launched before: launch what its pods have not sent back yet
-        plan_dir, record = target, _read_plan(target)
-        root = Path(record["checkout"]) if paths.is_root(Path(record.get("checkout") or "")) else paths.find_root()
-        plan = planmod.PodPlan.model_validate(record["plan"])
-        campaign = runner.load_campaign(root / plan.campaign_file, root=root)
-        st = stackmod.load_stack(root / plan.stack_file, root=root)
-        opts = sp.TaskOptions.model_validate(record.get("options") or {})
-        todo = launchmod.next_launches(plan_dir, campaign, plan)
+        plan_dir = target
+        record, plan, campaign, st, opts = load_plan_dir(plan_dir)
+        resumed = True
     else:
         made = _make_plan(args)
         plan_dir, record, plan, campaign, st, opts = (made["out"], made["record"], made["plan"], made["campaign"],
                                                       made["stack"], made["opts"])
-        todo = [(p, p, 0) for p in plan.parts]
+        resumed = False
     if sp.pod_of(st.spec, plan.stack_file).use_spot and not opts.bucket:
         raise InputError(f"stack file {plan.stack_file} rents spot pods (pod.use_spot): they run as SkyPilot managed "
                          "jobs, recovered on a new pod when preempted, and their runs come home through a bucket; "
@@ -146,22 +166,36 @@ def cmd_pod_launch(args: argparse.Namespace) -> int:
         raise InputError(f"the tasks pass {', '.join(missing)} to the pods and it is not set here: export it (its "
                          "value goes to SkyPilot at launch, never into a file)")
     adapter = launchmod.Adapter(sp.sky_python(args.sky_python, campaign.root))
-    print(f"plan {plan.plan_id}: {len(todo)} pod(s) to launch for campaign {plan.campaign} ({plan_dir})", flush=True)
-    launcher = launchmod.PodLauncher(plan_dir, plan, campaign, st.spec, opts, adapter, log=_say,
-                                     relaunches=args.relaunches, keep_up=args.keep_up)
+    launcher = launchmod.PodLauncher(plan_dir, plan, campaign, st.spec, opts, adapter, log=say,
+                                     relaunches=args.relaunches, keep_up=args.keep_up, max_cost=args.max_cost)
+    # a resumed plan asks SkyPilot first: a cluster still up is re-attached to (its finished runs fetched, its
+    # running job followed), never launched over (SkyPilot would reuse it: setup again, a second job)
+    todo = (launchmod.next_launches(plan_dir, campaign, plan, launcher.live()) if resumed
+            else [(p, p, 0, None) for p in plan.parts])
+    attached = sum(1 for *_, a in todo if a is not None)
+    print(f"plan {plan.plan_id}: {len(todo) - attached} pod(s) to launch, {attached} to re-attach to, for campaign "
+          f"{plan.campaign} ({plan_dir})", flush=True)
     report = launcher.run(todo) if todo else launchmod.LaunchReport([], [])
     clusters = [p.cluster for p in plan.parts]
     sources = [r for c in clusters for r in launchmod.fetched_roots(plan_dir, c) if (r / plan.campaign).is_dir()]
-    pod_lines = ledger.pod_records(report.cost_report, clusters, record.get("stack_price")) if todo else []
+    pod_lines = bill.pod_lines(report.cost_report, plan_dir, plan, record.get("stack_price"),
+                               record.get("pod") or {}) if todo else []
     data = Path(args.data_dir)
     rep = mergemod.merge(sources, data, plan.campaign, pod_lines) if sources else mergemod.MergeReport()
+    for line in bill.close_lost_sessions(data, plan.campaign, pod_lines) if sources else []:
+        print(f"  session {line['session']} closed at its pod's end ({line['minutes']:.1f} min): its pod was lost")
     print(f"merged {len(sources)} launch(es)' data into {data / plan.campaign}: {len(rep.copied)} run(s) copied, "
           f"{len(rep.skipped)} already there; {len(pod_lines)} launch(es) priced in the ledger "
           f"(`offload-lab pod ledger {plan.campaign} --data-dir {data}`)")
-    left = launchmod.next_launches(plan_dir, campaign, plan)
-    for part, what, _ in left:
-        print(f"  {part.cluster}: not finished, left: {','.join(what.only or ['the whole campaign'])}; "
-              f"`offload-lab pod launch {plan_dir}` launches it again")
+    up = report.left_up()
+    for ln in up:
+        print(f"  {ln.cluster}: LEFT UP, its data is not home: {ln.left_up}")
+    left = [x for x in launchmod.next_launches(plan_dir, campaign, plan) if x[0].cluster not in
+            {ln.cluster for ln in up}] + [(ln.part, ln.part, ln.number, None) for ln in up]
+    for part, what, _, _ in left:
+        if part.cluster not in {ln.cluster for ln in up}:
+            print(f"  {part.cluster}: not finished, left: {','.join(what.only or ['the whole campaign'])}; "
+                  f"`offload-lab pod launch {plan_dir}` launches it again")
     if plan.after_merge and not left and not args.no_analysis:
         from offload_lab.campaigns.progress import Progress
 
@@ -179,28 +213,13 @@ def cmd_pod_launch(args: argparse.Namespace) -> int:
     return 4 if left or failed else 0
 
 
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
-def _read_plan(plan_dir: Path) -> dict[str, Any]:
-    p = plan_dir / PLAN_FILE
-    if not p.is_file():
-        raise InputError(f"{plan_dir} has no {PLAN_FILE}: give the folder `offload-lab pod plan` wrote")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{p} is not valid JSON ({e}); write the plan again with `offload-lab pod plan`") from e
-
-
 def cmd_pod_merge(args: argparse.Namespace) -> int:
-    from offload_lab.campaigns import ledger
     from offload_lab.pods import merge as mergemod
 
     from offload_lab.pods.launch import fetched_roots
 
     plan_dir = Path(args.plan_dir)
-    record = _read_plan(plan_dir)
+    record = read_plan(plan_dir)
     campaign = record["plan"]["campaign"]
     clusters = [p["cluster"] for p in record["plan"]["parts"]]
     # every launch of each cluster: <cluster>/data, then a relaunch's <cluster>-r1/data ...
@@ -216,8 +235,14 @@ def cmd_pod_merge(args: argparse.Namespace) -> int:
         except (OSError, json.JSONDecodeError) as e:
             raise InputError(f"--cost-report {args.cost_report}: cannot read it as JSON ({e}); write it with "
                              "`sky cost-report -o json --days 0 > FILE`") from e
-        pod_lines = ledger.pod_records(report, clusters, record.get("stack_price"))
+        from offload_lab.pods import bill
+        from offload_lab.pods.plan import PodPlan
+
+        pod_lines = bill.pod_lines(report, plan_dir, PodPlan.model_validate(record["plan"]), record.get("stack_price"),
+                                   record.get("pod") or {})
     rep = mergemod.merge(sources, Path(args.data_dir), campaign, pod_lines)
+    if pod_lines:
+        bill.close_lost_sessions(Path(args.data_dir), campaign, pod_lines)
     if args.json:
         print_json({"campaign": campaign, "sources": [str(s) for s in sources], **rep.to_dict(),
                     "pods": pod_lines})
@@ -286,7 +311,9 @@ _PLAN_ARGS: list[tuple[str, dict[str, Any]]] = [
     ("--allow-unpinned", dict(action="store_true",
                               help="plan for a stack with unpinned items (its `stack install` gets --allow-unpinned)")),
     ("--check", dict(action="store_true",
-                     help="load every task with SkyPilot's own parser (offline; needs SkyPilot: make sky-env)")),
+                     help="place each pod from the snapshot of SkyPilot's catalog (cloud, instance, price; a request "
+                          "no instance meets is refused) and load every task with SkyPilot's own parser (offline; "
+                          "needs SkyPilot: make sky-env)")),
     ("--sky-python", dict(default=None, help="interpreter with skypilot (default $OFFLOAD_LAB_SKY_PYTHON, else "
                                              ".venvs/sky/bin/python)")),
     _JSON,
@@ -300,6 +327,10 @@ _LAUNCH_ARGS: list[tuple[str, dict[str, Any]]] = [
                           help="launch a lost pod (preempted, gone) again this many times for what it has left "
                                "(default 2)")),
     ("--keep-up", dict(action="store_true", help="leave the pods up when their job ends (default: take them down)")),
+    ("--max-cost", dict(type=float, default=None,
+                        help="stop when the launches of this run have cost this much (SkyPilot's prices, USD): "
+                             "nothing more is launched, and what it launched is taken down once its data is "
+                             "home")),
     ("--no-analysis", dict(action="store_true",
                            help="do not run the experiments that need no server after the merge")),
     ("--paper", dict(action="store_true", help="build the paper from the merged data at the end, into <plan>/paper/")),
@@ -315,6 +346,21 @@ _MERGE_ARGS: list[tuple[str, dict[str, Any]]] = [
 _LEDGER_ARGS: list[tuple[str, dict[str, Any]]] = [
     ("campaign", dict(help="campaign name, e.g. study-pod")), _DATA_DIR, _JSON]
 
+_SKY_PY = ("--sky-python", dict(default=None, help="interpreter with skypilot (default $OFFLOAD_LAB_SKY_PYTHON, "
+                                                   "else .venvs/sky/bin/python)"))
+_PLANS = ("--plans", dict(default="_output/pods", help="where to look for the plan of a cluster named alone "
+                                                      "(default _output/pods, where `pod plan` writes)"))
+_STATUS_ARGS: list[tuple[str, dict[str, Any]]] = [
+    ("plan_dir", dict(help="the folder `pod plan` or `pod launch` wrote")), _SKY_PY, _JSON]
+_LOGS_ARGS: list[tuple[str, dict[str, Any]]] = [
+    ("target", dict(help="a cluster of a plan (e.g. ol-study-pod-ab12-0)")),
+    ("--plan", dict(default=None, help="the plan folder the cluster was launched from")),
+    ("--follow", dict(action="store_true", help="follow the log until the job ends")), _PLANS, _SKY_PY]
+_DOWN_ARGS: list[tuple[str, dict[str, Any]]] = [
+    ("target", dict(help="a plan folder (every pod of it) or one of its clusters")),
+    ("--force", dict(action="store_true", help="take it down even when its job runs or its data cannot be fetched "
+                                               "(what is not home is lost)")), _PLANS, _SKY_PY]
+
 _SUBCOMMANDS = [
     ("plan", cmd_pod_plan, _PLAN_ARGS,
      "write SkyPilot task YAML for a campaign (one per pod) and print the commands",
@@ -328,12 +374,14 @@ _SUBCOMMANDS = [
      "Plan as `pod plan` does (or take the folder of a plan launched before), then through SkyPilot's Python API "
      "(run with SkyPilot's interpreter, --sky-python): launch every pod (a managed job when the stack rents spot), "
      "show each pod's progress (the campaign's own lines, named by cluster), fetch each run into <plan>/<cluster>/"
-     "data/ as it finishes, launch a pod lost mid-campaign again with only what its data lacks (same cluster name, "
-     "--relaunches), take the pods down, record every launch's cost (`sky cost-report`) in the ledger, merge the "
+     "data/ as it finishes (retried), launch a pod lost mid-campaign again with only what its data lacks (same cluster "
+     "name, --relaunches), take each pod down once its data is home (one whose data cannot be fetched is left up and "
+     "named), record every launch's cost (`sky cost-report`) in the ledger, merge the "
      "data into --data-dir, run the analysis that needs no server here, and with --paper build the paper. The "
      "secrets the tasks pass must be set here. Exit 2 for a bad plan or a missing secret, 3 when SkyPilot refuses "
      "a call, 4 when a pod did not finish its part (run the same command on the plan folder again) or an "
-     "experiment failed. Tested against a recorder standing in for SkyPilot; no cloud has run it yet."),
+     "experiment failed. Given a plan folder, it re-attaches to the pods still up before launching anything. "
+     "Tested against a recorder standing in for SkyPilot; no cloud has run it yet."),
     ("merge", cmd_pod_merge, _MERGE_ARGS,
      "merge the pods' fetched data into one campaign; record what the launcher says they cost",
      "Check every run of every pod against its manifest, refuse run ids seen twice, then copy the runs and the "
@@ -341,6 +389,19 @@ _SUBCOMMANDS = [
      "line per launch of each cluster (a relaunched name is paid again): start, end, minutes, price and cost, from "
      "the launcher where it gives them and from the "
      "stack file's price where it does not (`source`)."),
+    ("status", cmd_pod_status, _STATUS_ARGS,
+     "each pod of a plan: up or gone, its job, what is home, what is left, and the cost so far",
+     "Asks SkyPilot (status refreshed from the cloud, each cluster's job queue, or the managed jobs' queue) and "
+     "reads the plan folder: per pod its state and job, its launches, the experiments with an ok run at home, what "
+     "is left to run, why it was left up, and the minutes and cost so far from `sky cost-report` (SkyPilot's catalog "
+     "prices, not the invoice). Starts nothing."),
+    ("logs", cmd_pod_logs, _LOGS_ARGS,
+     "a pod's job log (sky logs / sky jobs logs), so far or followed",
+     "The log of the latest job the launcher started on the cluster, as SkyPilot keeps it."),
+    ("down", cmd_pod_down, _DOWN_ARGS,
+     "take a plan's pods (or one) down, each only after a last fetch brought its data home",
+     "For each pod still up: refuse while its job runs; fetch its data into the plan folder (retried); take it "
+     "down only when that worked. --force takes it down anyway. Exit 3 when a pod was kept up."),
     ("ledger", cmd_pod_ledger, _LEDGER_ARGS,
      "the campaign's pods as the launcher reported them, with the price source",
      "Read the `pod` lines of <data>/<campaign>/ledger.jsonl: per launch of each cluster the paid minutes (launch to "
@@ -350,7 +411,7 @@ _SUBCOMMANDS = [
 
 
 def add_parsers(sub: Any) -> None:
-    """Register ``pod plan``, ``pod merge`` and ``pod ledger``."""
+    """Register ``pod plan|launch|status|logs|down|merge|ledger``."""
     psub = action_group(sub, "pod", "run a campaign on rented pods through SkyPilot; merge their data back",
                         "From a laptop with SkyPilot configured (docs/runbook.md): write one SkyPilot "
                         "task per pod, print the commands that launch them, bring their data back and "

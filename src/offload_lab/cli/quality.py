@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from offload_lab.core import runs
 from offload_lab.cli.common import MAX_TOKENS
 from offload_lab.core.errors import InputError
-from offload_lab.core.inputs import check_dir, pydantic_input_error
+from offload_lab.core.inputs import check_dir
 from offload_lab.quality import EXPERIMENT, SIDE_EXPERIMENT, data, humaneval, paired, subsets
 from offload_lab.experiments.quality import runner as experiment
 
@@ -42,18 +40,13 @@ def parse_max_tokens(text: str | None) -> dict[str, int]:
     return out
 
 
-# Fields of the models `quality run` builds, named by the flag that sets them.
-RUN_FLAGS = {"limit": "--limit", "replicates": "--replicates", "max_tokens": "--max-tokens", "local": "--endpoint",
-             "datasets": "--datasets", "exec_timeout_s": "--exec-timeout", "benchmarks": "--benchmark"}
-
-
 def _records(frame: Any) -> list[dict[str, Any]]:
     """Rows as JSON-safe dicts: NaN (a metric that does not apply) becomes null."""
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
             for row in frame.to_dict(orient="records")]
 
 
-def _benchmarks(text: str) -> list[str]:
+def benchmark_names(text: str) -> list[str]:
     names = [b.strip() for b in text.split(",") if b.strip()]
     if "all" in names:
         return list(data.BENCHMARKS)
@@ -63,35 +56,20 @@ def _benchmarks(text: str) -> list[str]:
     return names
 
 
-def _check_run_inputs(args: argparse.Namespace) -> None:
-    """Everything `quality run` can check before it contacts a server, so a bad flag is never reported as a server
-    that does not answer."""
-    runs.check_name("--label", args.label)
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Everything is checked before a server is contacted, so a bad flag is never reported as a server that does
+    # not answer. The flags come from the two models (cli/quality_parsers.run_options), which name them in refusals.
+    endpoint_options, params_options = args.quality_options
+    local = endpoint_options.build(args, "quality run")
+    params = params_options.build(args, "quality run", local={k: v for k, v in local.model_dump().items()
+                                                              if k in endpoint_options.flags})
+    spec = experiment.local_spec(local.url, params)
+    runs.check_name("--label", spec.label)
     runs.check_name("--campaign", args.campaign)
     check_dir(args.data_dir, "--data-dir", write=True)
-    if args.datasets is not None and not Path(args.datasets).is_dir():
-        raise InputError(f"--datasets {args.datasets}: no such directory (it would hold gsm8k/test.jsonl and "
+    if params.datasets is not None and not Path(params.datasets).is_dir():
+        raise InputError(f"--datasets {params.datasets}: no such directory (it would hold gsm8k/test.jsonl and "
                          "ifeval/input_data.jsonl); leave --datasets out to read the copies offload-lab ships")
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    _check_run_inputs(args)
-    endpoint: dict[str, Any] = {"label": args.label, "url": args.endpoint, "kind": args.kind,
-                                "concurrency": args.concurrency, "retries": args.retries, "timeout_s": args.timeout}
-    for key, value in (("model", args.model), ("api_key_env", args.api_key_env), ("seed", args.seed)):
-        if value is not None:
-            endpoint[key] = value
-    try:
-        params = experiment.QualityParams(
-            benchmarks=_benchmarks(args.benchmark), limit=args.limit, replicates=args.replicates,
-            max_tokens=parse_max_tokens(args.max_tokens), local=endpoint, datasets=args.datasets,
-            allow_download=args.download, on_canary_failure=args.on_canary_failure, exec_timeout_s=args.exec_timeout,
-        )
-        spec = experiment.local_spec(args.endpoint, params)
-    except ValidationError as e:
-        raise pydantic_input_error(e, "quality run", {**RUN_FLAGS, "concurrency": "--concurrency",
-                                                      "retries": "--retries", "timeout_s": "--timeout",
-                                                      "seed": "--seed", "url": "--endpoint"}) from e
     from offload_lab.core.environment import capture_environment
 
     r = runs.new_run(args.data_dir, args.campaign, SIDE_EXPERIMENT, params.model_dump(),
@@ -109,10 +87,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     from offload_lab.core.environment import capture_environment
 
+    stats = args.params_options.build(args, "quality compare")
     inputs = {"reference": str(Path(args.reference).resolve()), "local": str(Path(args.local).resolve())}
     r = runs.new_run(args.data_dir, args.campaign, EXPERIMENT,
-                     {"reference": inputs["reference"], "local": inputs["local"], "resamples": args.resamples,
-                      "seed": args.seed}, environment=capture_environment())
+                     {"reference": inputs["reference"], "local": inputs["local"], "resamples": stats.resamples,
+                      "seed": stats.seed}, environment=capture_environment())
     try:
         dirs = {role: experiment.copy_side(Path(p), r.path, role) for role, p in inputs.items()}
         # Provenance of the copies: which run each came from, with that run's manifest hash when it has one.
@@ -122,7 +101,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             sources[role] = {"path": p, "run": str(run_dir) if run_dir else None,
                              "manifest_sha256": runs.sha256_file(run_dir / runs.MANIFEST) if run_dir else None}
         r.update(quality={"inputs": sources, "valid": True})
-        table = experiment.write_comparison(r.path, dirs["reference"], dirs["local"], args.resamples, args.seed)
+        table = experiment.write_comparison(r.path, dirs["reference"], dirs["local"], stats.resamples, stats.seed)
     except BaseException as e:
         r.finish("stopped" if isinstance(e, KeyboardInterrupt) else "failed", error=str(e))
         raise
@@ -141,20 +120,22 @@ def paired_counts(args: argparse.Namespace) -> dict[str, Any]:
         t = paired.Table.from_counts(args.n, args.b, args.c, args.a)
     except ValueError as e:
         raise InputError(f"quality paired: {e}") from e
-    return paired.analyse(t, args.resamples, args.seed).to_json()
+    p = args.params_options.build(args, "quality paired")
+    return paired.analyse(t, p.resamples, p.seed).to_json()
 
 
 def subset(args: argparse.Namespace) -> list[dict[str, Any]]:
+    p = args.params_options.build(args, "quality subset")
     out = []
-    for b in _benchmarks(args.benchmark):
+    for b in p.benchmarks:
         if args.write:
-            ids = [it.item_id for it in data.items(b, args.datasets, args.download)]
+            ids = [it.item_id for it in data.items(b, p.datasets, p.allow_download)]
             s = subsets.choose(b, ids, args.n or subsets.SIZES[b], args.seed)
             path = subsets.write(s)
             out.append({"benchmark": b, "written": str(path), "n": s.n, "seed": s.seed})
             continue
         stored = subsets.load(b)
-        again = subsets.rederive(b, args.datasets, args.download)
+        again = subsets.rederive(b, p.datasets, p.allow_download)
         same = again.ids == stored.ids
         out.append({"benchmark": b, "n": stored.n, "seed": stored.seed, "reproduced": same})
         if not same:
@@ -163,7 +144,8 @@ def subset(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def selfcheck(args: argparse.Namespace) -> dict[str, Any]:
-    check = humaneval.self_check([it.fields for it in data.humaneval_items()], args.exec_timeout)
+    p = args.params_options.build(args, "quality selfcheck")
+    check = humaneval.self_check([it.fields for it in data.humaneval_items()], p.exec_timeout_s)
     if not check.ok:
         raise InputError(f"HumanEval scorer self-check failed: {json.dumps(check.to_json())}")
     return check.to_json()

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from offload_lab.cli.common import action_group, endpoint_url, int_at_least, nonneg_int, positive_int, seconds
+from offload_lab.cli.common import action_group, endpoint_url, nonneg_int, positive_int
 from offload_lab.cli.common import finish_parser
 from offload_lab.cli.common import print_json as _print_json
 
@@ -78,6 +78,47 @@ def cmd_quality_selfcheck(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_options(parser: argparse.ArgumentParser) -> None:
+    """`quality run`'s flags, from the two models it fills: the side's endpoint and the experiment's parameters.
+    Each flag's help is its field's description; ``args.quality_options`` builds the models back."""
+    from offload_lab.cli.model_options import Option, add_model_options
+    from offload_lab.experiments.quality.runner import QualityParams
+    from offload_lab.quality.endpoints import EndpointSpec
+
+    endpoint = add_model_options(parser, EndpointSpec, (
+        "url", "kind", "label", "model", "api_key_env", "seed", "concurrency", "retries", "timeout_s"), {
+        "url": Option(aliases=("--endpoint",), parse=endpoint_url, required=True, metavar="URL"),
+        "timeout_s": Option(flag="--timeout")})
+    params = add_model_options(parser, QualityParams, (
+        "benchmarks", "limit", "replicates", "max_tokens", "exec_timeout_s", "on_canary_failure", "datasets",
+        "allow_download"), _param_options())
+    parser.set_defaults(quality_options=(endpoint, params))
+
+
+def _params_options(parser: argparse.ArgumentParser, *fields: str) -> None:
+    """Flags for some QualityParams fields; the handler reads them from ``args.params_options.build(...)``."""
+    from offload_lab.cli.model_options import add_model_options
+    from offload_lab.experiments.quality.runner import QualityParams
+
+    parser.set_defaults(params_options=add_model_options(parser, QualityParams, fields,
+                                                         {f: o for f, o in _param_options().items() if f in fields}))
+
+
+def _param_options() -> dict[str, Any]:
+    from offload_lab.cli.model_options import Option
+    from offload_lab.cli.quality import parse_max_tokens
+
+    return {"benchmarks": Option(flag="--benchmark", parse=_benchmark_list, metavar="NAMES"),
+            "max_tokens": Option(parse=parse_max_tokens, metavar="N|BENCH=N,..."),
+            "exec_timeout_s": Option(flag="--exec-timeout"), "allow_download": Option(flag="--download")}
+
+
+def _benchmark_list(text: str) -> list[str]:
+    from offload_lab.cli.quality import benchmark_names
+
+    return benchmark_names(text)
+
+
 def add_parsers(sub: Any) -> None:
     """Register ``quality`` and its actions on the top-level subparsers."""
     qsub = action_group(sub, "quality", "paired answer-quality comparison (GSM8K, IFEval, HumanEval)",
@@ -89,38 +130,7 @@ def add_parsers(sub: Any) -> None:
                                      "of the chosen benchmarks, into a new run of experiment quality-side. Every "
                                      "request, response and status is kept per item. A side whose canaries fail is "
                                      "marked invalid and kept, never scored; the exit status is then 1.")
-    qr.add_argument("--endpoint", required=True, type=endpoint_url,
-                    help="base URL, e.g. http://127.0.0.1:8000 or https://api.deepseek.com")
-    qr.add_argument("--kind", choices=("vllm", "deepseek", "openai"), default="vllm",
-                    help="backend adapter: vllm (continue_final_message, chat_template_kwargs), deepseek (beta "
-                         "prefix completion, thinking disabled), openai (plain chat: cannot continue; default vllm)")
-    qr.add_argument("--benchmark", default="all", help="gsm8k, ifeval, humaneval, comma-separated, or all (default)")
-    qr.add_argument("--label", default="local", help="name of this side in data files (default: local)")
-    qr.add_argument("--model", default=None, help="model name to send (default: the server's first model)")
-    qr.add_argument("--api-key-env", default=None,
-                    help="environment variable holding the API key (default for --kind deepseek: "
-                         "OFFLOAD_LAB_REFERENCE_API_KEY); the key itself is never a flag")
-    qr.add_argument("--limit", type=positive_int, default=None, help="only the first N items of each fixed subset")
-    qr.add_argument("--replicates", type=positive_int, default=2,
-                    help="times each item is answered (default 2: the second gives the noise floor)")
-    qr.add_argument("--max-tokens", default=None,
-                    help="N for every benchmark, or gsm8k=N,ifeval=N,humaneval=N (default 1024, 1280, 1024)")
-    qr.add_argument("--seed", type=nonneg_int, default=None, help="sampling seed sent with each request (default 0)")
-    qr.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight at once (default 4)")
-    qr.add_argument("--retries", type=nonneg_int, default=3,
-                    help="retries of connection errors, timeouts and 408/429/5xx answers (default 3)")
-    qr.add_argument("--timeout", type=seconds, default=600.0, help="seconds one request may take (default 600)")
-    qr.add_argument("--exec-timeout", type=seconds, default=10.0,
-                    help="seconds a HumanEval program may run (default 10; a timeout is retried once with twice)")
-    qr.add_argument("--on-canary-failure", choices=("stop", "continue"), default="stop",
-                    help="stop: skip the items of an invalid side (default); continue: send them and keep the "
-                         "answers, unscored, for diagnosis")
-    qr.add_argument("--datasets", default=None,
-                    help="dataset directory whose gsm8k/test.jsonl and ifeval/input_data.jsonl replace the copies "
-                         "offload-lab ships (default: $OFFLOAD_LAB_DATASETS, else the shipped files); sha256-checked")
-    qr.add_argument("--download", action="store_true",
-                    help="download a data file offload-lab does not ship from its source repository at the pinned "
-                         "commit (GSM8K and IFEval ship with it: never needed for them)")
+    run_options(qr)
     finish_parser(qr, cmd_quality_run, campaign="scratch", data_dir=True, json_help="print the result as JSON")
     qc = qsub.add_parser("compare", help="compare two scored sides item by item",
                          description="Copy two sides (from `quality run`) into a new run of experiment quality and "
@@ -131,9 +141,7 @@ def add_parsers(sub: Any) -> None:
     qc.add_argument("--reference", required=True, help="the reference side: a quality-side run directory or its "
                                                        "sides/<label> directory")
     qc.add_argument("--local", required=True, help="the local side, likewise")
-    qc.add_argument("--resamples", type=int_at_least(100), default=10_000,
-                    help="bootstrap resamples, at least 100 (default 10000)")
-    qc.add_argument("--seed", type=nonneg_int, default=0, help="bootstrap seed (default 0)")
+    _params_options(qc, "resamples", "seed")
     finish_parser(qc, cmd_quality_compare, campaign="scratch", data_dir=True, json_help="print the result as JSON")
     qp = qsub.add_parser("paired", help="paired statistics from counts, for planning and checking",
                          description="From n items, b (only the reference right) and c (only local right): the "
@@ -145,27 +153,20 @@ def add_parsers(sub: Any) -> None:
     qp.add_argument("--c", type=nonneg_int, required=True, help="items only the local side got right")
     qp.add_argument("--a", type=nonneg_int, default=None,
                     help="items both got right (only Newcombe's interval uses it; default: every agreeing item)")
-    qp.add_argument("--resamples", type=int_at_least(100), default=10_000,
-                    help="bootstrap resamples, at least 100 (default 10000)")
-    qp.add_argument("--seed", type=nonneg_int, default=0, help="bootstrap seed (default 0)")
+    _params_options(qp, "resamples", "seed")
     finish_parser(qp, cmd_quality_paired,
                   json_help="print JSON (keys include delta, ci_low, ci_high, mcnemar_p, flip_fraction)")
     qs = qsub.add_parser("subset", help="check (or, once, write) the fixed item subsets",
                          description="Check that each stored subset is what its recorded seed draws from the pinned "
                                      "data file; --write draws and stores a subset (done once, then committed).")
-    qs.add_argument("--benchmark", default="all", help="gsm8k, ifeval, humaneval, comma-separated, or all (default)")
+    _params_options(qs, "benchmarks", "datasets", "allow_download")
     qs.add_argument("--write", action="store_true", help="draw and store the subset instead of checking it")
     qs.add_argument("--n", type=positive_int, default=None, help="with --write: subset size (default 150, 150, 164)")
     qs.add_argument("--seed", type=nonneg_int, default=20261129,
                     help="with --write: the seed to record (default 20261129)")
-    qs.add_argument("--datasets", default=None,
-                    help="dataset directory replacing the shipped files (default: $OFFLOAD_LAB_DATASETS, else the "
-                         "files offload-lab ships)")
-    qs.add_argument("--download", action="store_true",
-                    help="download a data file offload-lab does not ship, at its pinned commit")
     finish_parser(qs, cmd_quality_subset, json_help="print JSON")
     qk = qsub.add_parser("selfcheck", help="check the HumanEval scorer: canonical solutions pass, empty ones fail",
                          description="Run the 164 canonical solutions (all must pass) and 164 empty completions "
                                      "(none may pass) in subprocesses, in parallel; exit 2 when either fails.")
-    qk.add_argument("--exec-timeout", type=seconds, default=10.0, help="seconds per program (default 10)")
+    _params_options(qk, "exec_timeout_s")
     finish_parser(qk, cmd_quality_selfcheck, json_help="print JSON")

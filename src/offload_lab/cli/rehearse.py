@@ -13,7 +13,7 @@ def cmd_campaign_rehearse(args: argparse.Namespace) -> int:
 
     res = rehearse.rehearse(args.file, data_root=args.data_dir, overrides_file=args.overrides,
                             pod_model=args.pod_model, paper=not args.no_paper, paper_out=args.out,
-                            log=(lambda s: None) if args.json else print)
+                            log=(lambda s: None) if args.json else print, time_scale_factor=args.time_scale)
     rec = res.record
     if args.json:
         print_json({"campaign": res.campaign, "run": str(res.run), "record": rec,
@@ -56,6 +56,12 @@ def summary(res: Any) -> str:
     return "\n".join(lines)
 
 
+def rehearse_default_scale() -> float:
+    from offload_lab.core.timescale import DEFAULT_TIME_SCALE
+
+    return DEFAULT_TIME_SCALE
+
+
 def add_parser(csub: Any) -> None:
     p = csub.add_parser(
         "rehearse", help="run a pod campaign here against an emulated pod: what would fail, what it would cost",
@@ -75,4 +81,8 @@ def add_parser(csub: Any) -> None:
     p.add_argument("--out", default=None, help="where the paper goes (default: _output/<rehearsal campaign>/)")
     p.add_argument("--no-paper", action="store_true", help="do not build the paper")
     p.add_argument("--json", action="store_true", help="print the rehearsal's record as JSON")
+    p.add_argument("--time-scale", type=float, default=rehearse_default_scale(),
+                   help="serve TTFTs and TPOTs above their floors (set from the newest clock check's measured "
+                        "client error) this many times faster, and convert every figure set against the pod back "
+                        "(default: %(default)g; 1 is real time; docs/rehearsal.md)")
     p.set_defaults(func=cmd_campaign_rehearse)

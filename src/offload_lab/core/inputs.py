@@ -150,6 +150,18 @@ def parse_yaml(text: str, path: Path | str, what: str) -> Any:
                   lambda e: f"not valid YAML ({str(e).strip()})")
 
 
+# A parameter value typed on a command line or in a notebook's parameters: a list of lengths, a mapping of settings.
+PARAMETER_MAX_BYTES = 64 * 1024
+
+
+def parse_yaml_value(text: str, what: str) -> Any:
+    """A parameter's value read as YAML (``-p context_lengths '[1024, 4096]'``), bounded like every YAML file: an
+    alias bomb, a document too deep or a value over 64 KiB is an :class:`InputError` naming ``what``."""
+    if len(text) > PARAMETER_MAX_BYTES:
+        raise InputError(f"{what}: {len(text):,} characters; a parameter's value is at most {PARAMETER_MAX_BYTES:,}")
+    return parse_yaml(text, "(its value)", what)
+
+
 def read_yaml(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES, expect: type | None = dict) -> Any:
     """A YAML file (safe loader, bounded); by default it must be a mapping."""
     return _expect(parse_yaml(read_text(path, what, max_bytes), path, what), expect, path, what)
@@ -221,3 +233,36 @@ def check_dir(path: Path | str, flag: str, must_exist: bool = False, write: bool
     if must_exist and kind is None:
         raise InputError(f"{flag} {p}: no such directory")
     return p
+
+
+def check_server_url(text: Any, what: str, credentials: bool = True) -> str:
+    """A server's base URL as ``bench --url`` takes it, else InputError naming ``what`` with the URL redacted: http or
+    https with a host and a port in range; no query or fragment (a key there would travel in every request's path,
+    into the server's access log). ``credentials=False`` (a notebook parameter, which papermill writes into the output
+    notebook) refuses ``user:password@`` too: the whole URL goes in the kernel's environment instead."""
+    from urllib.parse import urlsplit
+
+    from offload_lab.core.redact import SERVER_URL_ENV, add_url_secrets, redact_text
+
+    if not isinstance(text, str):
+        raise InputError(f"{what} {type(text).__name__} is not a URL; give the server's base URL as text, e.g. "
+                         "http://127.0.0.1:8000")
+    add_url_secrets(text)  # whatever happens next, no message shows them
+    try:
+        parts = urlsplit(text)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port out of range raises ValueError
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InputError(f"{what} {redact_text(text)!r} is not an http:// or https:// URL with a host, "
+                         "e.g. http://127.0.0.1:8000")
+    if parts.query or parts.fragment:
+        raise InputError(f"{what} {redact_text(text)!r} holds a query or fragment (?…, #…); give the server's base URL "
+                         "only, e.g. http://127.0.0.1:8000 (a key in the URL would be written into the server's "
+                         "access log)")
+    if not credentials and "@" in parts.netloc:
+        raise InputError(f"{what} {redact_text(text)!r} holds credentials (user:password@), which papermill would "
+                         f"write into the output notebook; leave them out, and put the whole URL in the environment "
+                         f"variable {SERVER_URL_ENV} of the process that starts the kernel")
+    return text

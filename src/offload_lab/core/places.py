@@ -22,7 +22,13 @@ from offload_lab.core.errors import InputError
 # Kernel file systems: their "files" are not files (reading /proc/self/environ prints the environment; writing
 # /proc/... fails half way).
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
-RUN_MANIFEST = "manifest.json"  # core.runs.MANIFEST, named here so that this module sits below core.runs
+
+def _manifest_name() -> str:
+    # core.runs sits above this module (runs -> inputs -> places), so its name for a manifest is read when needed.
+    from offload_lab.core.runs import MANIFEST
+
+    return MANIFEST
+
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -73,7 +79,7 @@ def _inside(child: Path, parent: Path) -> bool:
 def _run_above(resolved: Path) -> Path | None:
     """The run directory (a folder with a manifest) that holds ``resolved``, if any."""
     for d in (resolved, *resolved.parents):
-        if (d / RUN_MANIFEST).is_file():
+        if (d / _manifest_name()).is_file():
             return d
     return None
 

@@ -15,22 +15,25 @@ import json
 import os
 import re
 import secrets
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import orjson
 
 from offload_lab.core import signals
 from offload_lab.core.errors import InputError
-from offload_lab.core.inputs import DATA_MAX_BYTES, check_dir, decode_utf8, read_json
+from offload_lab.core.inputs import DATA_MAX_BYTES, check_dir, read_json
 from offload_lab.core.paths import DATA_DIR
 from offload_lab.core.procs import process_gone, process_identity
-from offload_lab.core.redact import redact_record
+from offload_lab.core.eventlog import EventLog, read_events, start_on_fresh_line  # noqa: F401  (runs.read_events: the API)
+from offload_lab.core.redact import redact_record, redacted_json_bytes
 
 MANIFEST = "manifest.json"
+EVENTS = "events.jsonl"  # a run's append-only event log (Run.events, read_events)
+LEDGER_NAME = "ledger.jsonl"  # <data>/<campaign>/: campaigns.ledger writes its sessions, paper.selection reads them
 SCHEMA_VERSION = 1
 OUTCOMES = ("running", "ok", "failed", "stopped")
 # What `runs list` and `runs verify` report besides the outcome: a run still `running` whose process is gone, and a
@@ -93,7 +96,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    """JSON, atomically, after the one redaction (:mod:`offload_lab.core.redact`): a record may quote a URL or a
+    server's answer, and neither may carry a secret to disk."""
+    atomic_write_bytes(path, redacted_json_bytes(
+        obj, lambda o: json.dumps(o, indent=2, sort_keys=False, default=str) + "\n"))
 
 
 def git_state(start: Path | None = None, exclude: tuple[str, ...] = DATA_PATHS) -> dict[str, Any]:
@@ -119,55 +125,19 @@ def git_state(start: Path | None = None, exclude: tuple[str, ...] = DATA_PATHS) 
             "dirty_paths": paths[:50], "dirty_excludes": list(exclude)}
 
 
+# A name becomes one path component (most file systems allow 255 bytes) inside paths that get long: 100 leaves room.
+MAX_NAME = 100
+
+
 def check_name(kind: str, value: str) -> str:
+    if isinstance(value, str) and len(value) > MAX_NAME:
+        raise InputError(f"{kind} name {value[:40]!r}... is {len(value)} characters long; use at most {MAX_NAME} "
+                         "(it becomes a directory name)")
     if not _NAME_RE.match(value or ""):
         raise InputError(
             f"{kind} name {value!r} is not usable as a directory name: use letters, digits, '_', '.' and '-'"
         )
     return value
-
-
-class EventLog:
-    """Append-only JSON Lines; each line is flushed as it is written so that a crash loses at most one event."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._f = open(self.path, "a", encoding="utf-8")
-
-    def append(self, event: dict[str, Any]) -> None:
-        # orjson: a load level appends one event per request at its boundaries, on the measuring event loop.
-        self._f.write(orjson.dumps(event, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-    def __enter__(self) -> "EventLog":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Read a JSON Lines file; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
-    try:
-        raw = Path(path).read_bytes()  # no size bound: event logs are the study's own, and may be large
-    except OSError as e:
-        raise InputError(f"event log {path}: cannot read it ({e.strerror or e})") from e
-    lines = decode_utf8(raw, path, "event log").splitlines()
-    events = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                break
-            raise InputError(f"{path}:{i + 1}: not a JSON line ({e}); the event log is damaged") from e
-    return events
 
 
 @dataclass
@@ -184,7 +154,7 @@ class Run:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def events(self, name: str = "events.jsonl") -> EventLog:
+    def events(self, name: str = EVENTS) -> EventLog:
         return EventLog(self.path / name)
 
     def write_json(self, name: str, obj: Any) -> Path:
@@ -234,14 +204,30 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     atomic_write_json(Path(run_dir) / MANIFEST, redact_record(manifest))
 
 
-def hash_files(run_dir: Path) -> dict[str, dict[str, Any]]:
+def hash_files(run_dir: Path, strange: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every regular file of a run. Nothing is followed: a symlink (to a file, a folder, a loop,
+    or outside the run), a FIFO, a socket or a device is never read, and is named in ``strange`` when given."""
     out: dict[str, dict[str, Any]] = {}
-    for p in sorted(Path(run_dir).rglob("*")):
-        if not p.is_file() or p.name == MANIFEST or p.name.startswith("."):
-            continue
-        rel = p.relative_to(run_dir).as_posix()
-        out[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-    return out
+    root = Path(run_dir)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            if (here / name).is_symlink() and strange is not None:
+                strange.append(f"{here / name}: a symbolic link (to {os.readlink(here / name)}), not a folder of "
+                               "the run")
+        for name in sorted(filenames):
+            p = here / name
+            if name.startswith(".") or (here == root and name == MANIFEST):
+                continue
+            st = os.lstat(p)
+            if not stat.S_ISREG(st.st_mode):
+                if strange is not None:
+                    kind = "a symbolic link (to " + os.readlink(p) + ")" if stat.S_ISLNK(st.st_mode) else \
+                        "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+                    strange.append(f"{p}: {kind}; a run holds only regular files")
+                continue
+            out[p.relative_to(root).as_posix()] = {"sha256": sha256_file(p), "bytes": st.st_size}
+    return dict(sorted(out.items()))
 
 
 def new_run(
@@ -329,11 +315,14 @@ def verify_run(run_dir: Path | str) -> list[str]:
                 "gone; its files were never hashed"]
     if status == "running":
         return [f"{run_dir}: still running (started {manifest.get('started_at')}): its files are hashed when it ends"]
-    problems = []
+    problems: list[str] = []
     recorded = manifest.get("files") or {}
-    actual = hash_files(run_dir)
+    actual = hash_files(run_dir, problems)
     for rel, meta in recorded.items():
-        if rel not in actual:
+        rel_path = Path(rel)
+        if rel_path.is_absolute() or ".." in rel_path.parts:
+            problems.append(f"{run_dir}: the manifest vouches for {rel[:200]!r}, outside the run")
+        elif rel not in actual:
             problems.append(f"{run_dir / rel}: listed in the manifest but missing")
         elif actual[rel]["sha256"] != meta["sha256"]:
             problems.append(f"{run_dir / rel}: sha256 differs from the manifest (the file was changed)")
@@ -412,6 +401,17 @@ def attach_run(run_dir: Path | str) -> Run:
     return Run(path=path, manifest=load_manifest(path))
 
 
+def attach_for_writing(run_dir: Path | str) -> Run:
+    """A run a notebook is handed to write into: it must still be ``running``. A finished run is sealed (its files
+    hashed in its manifest): writing into it would change what ``runs verify`` vouches for."""
+    run = attach_run(run_dir)
+    outcome = run.manifest.get("outcome")
+    if outcome != "running":
+        raise InputError(f"run_dir {run_dir}: that run is finished ({outcome}) and sealed; a hand run makes its own "
+                         "run directory (leave run_dir out), and only the campaign runner hands one over")
+    return run
+
+
 def open_run(run_dir: Path | str | None, data_root: Path | str, campaign: str, experiment: str,
              parameters: dict[str, Any]) -> tuple[Run, bool]:
     """The run a notebook writes into, and whether the notebook owns it (must finish it itself).
@@ -420,7 +420,7 @@ def open_run(run_dir: Path | str | None, data_root: Path | str, campaign: str, e
     None and the notebook makes and finishes its own run.
     """
     if run_dir:
-        return attach_run(run_dir), False
+        return attach_for_writing(run_dir), False
     from offload_lab.core.environment import capture_environment
 
     return new_run(data_root, campaign, experiment, parameters, environment=capture_environment()), True

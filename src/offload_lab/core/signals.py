@@ -9,9 +9,27 @@ already finishes a run as ``stopped`` on an interrupt does the same for them, wi
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import threading
 from typing import Any, Iterator
+
+from offload_lab.core.errors import InputError
+
+# A write that failed for want of space (or quota): the place given cannot take the output, which is the user's to
+# change (free space, another --data-dir or --out), not an internal error.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class DiskFullError(InputError):
+    """No space left where a command writes (exit 2, naming the file)."""
+
+
+def disk_full(e: OSError) -> DiskFullError:
+    where = e.filename or "its output"
+    return DiskFullError(f"no space left on the device writing {where} ({e.strerror or errno.errorcode.get(e.errno)}); "
+                         "free some space or write elsewhere (--data-dir, --out). What was written before is kept; "
+                         "a run that was being written is marked failed")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -44,6 +62,11 @@ def stopping_on_signals() -> Iterator[None]:
     previous = {s: signal.signal(s, handle) for s in SIGNALS}
     try:
         yield
+    except OSError as e:
+        # Every command runs inside this block (cli.main): a full disk anywhere becomes one clear error.
+        if e.errno in DISK_FULL:
+            raise disk_full(e) from None
+        raise
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

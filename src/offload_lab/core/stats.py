@@ -8,6 +8,18 @@ import numpy as np
 
 # Below this many samples a p99 is just the maximum; report it only when it means something.
 P99_MIN_SAMPLES = 100
+# The same reasoning for every percentile a report or the explore notebook shows: below 20 samples a p95 is the
+# largest value or next to it. summarize() keeps its p95 (the paper's tables cite it); readers ask `supports`.
+P95_MIN_SAMPLES = 20
+MIN_SAMPLES = {95: P95_MIN_SAMPLES, 99: P99_MIN_SAMPLES}
+
+
+def supports(q: float, n: int) -> bool:
+    """Whether ``n`` samples support reporting the ``q``-th percentile: a tail percentile (p5 as much as p95) needs
+    as many samples as its upper twin; the median always may be reported."""
+    tail = max(q, 100 - q)
+    need = max((m for p, m in MIN_SAMPLES.items() if tail >= p), default=1)
+    return n >= need
 
 
 def summarize(values: Iterable[float | None], prefix: str = "") -> dict[str, float | int | None]:

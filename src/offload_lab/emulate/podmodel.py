@@ -110,6 +110,18 @@ class BootRule(_Strict):
     log: list[str] = Field(min_length=1)
 
 
+class Prediction(_Strict):
+    """Set on a pod model derived from hardware figures (``offload-lab pod predict``): every figure in it is a
+    prediction, none a measurement, and a rehearsal on it says so."""
+
+    label: str = Field(min_length=3, description="what the figures are, in words: predicted, from what")
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    model: str = ""
+    factors: dict[str, float] = Field(default_factory=dict)
+    factor_sources: dict[str, str] = Field(default_factory=dict)
+    provenance: dict[str, str] = Field(default_factory=dict)
+
+
 class PodModel(_Strict):
     name: str
     description: str = ""
@@ -122,6 +134,11 @@ class PodModel(_Strict):
     memory: Memory | None = None
     boots: list[BootRule] = Field(default_factory=list)
     leaves_out: list[str] = Field(min_length=1, description="what the model does not emulate, in words")
+    prediction: Prediction | None = Field(None, description="present when the file was derived from hardware")
+
+    @property
+    def is_prediction(self) -> bool:
+        return self.prediction is not None
 
     # --- decode ------------------------------------------------------------------------------------------------
 
@@ -232,3 +249,53 @@ def boot_rule(model: PodModel, flags: dict[str, str], env: dict[str, str],
                 continue
         return rule, problem
     return None, None
+
+
+# --- check ---------------------------------------------------------------------------------------------------------
+
+def _increasing(xs: list[float]) -> bool:
+    return all(b > a for a, b in zip(xs, xs[1:]))
+
+
+def check_pod_model(path: Path | str) -> tuple[PodModel, list[str]]:
+    """Read a pod model and apply its rules once, as the emulated pod would at its first request: an
+    :class:`InputError` naming the field at fault, or the model and notes on what is valid but unusual."""
+    m = load_pod_model(path)
+    where = f"pod model {path}"
+    notes: list[str] = []
+
+    def bad(field: str, msg: str) -> InputError:
+        return InputError(f"{where}: {field}: {msg}")
+
+    t = m.decode.agent_turns
+    if any(not (math.isfinite(v) and v > 0) for v in t.median_tok_s):
+        raise bad("decode.agent_turns.median_tok_s", "every median must be a finite rate above 0 tok/s")
+    c = m.decode.tpot_vs_context
+    if not _increasing([float(x) for x in c.context_tokens]):
+        raise bad("decode.tpot_vs_context.context_tokens", "the two contexts must increase")
+    if any(not (math.isfinite(v) and v > 0) for v in c.tpot_ms):
+        raise bad("decode.tpot_vs_context.tpot_ms", "both TPOTs must be finite and above 0 ms")
+    f = m.prefill.fresh
+    if not _increasing([float(x) for x in f.prompt_tokens]) or min(f.prompt_tokens) < 1:
+        raise bad("prefill.fresh.prompt_tokens", "the two prompt lengths must be at least 1 and increase")
+    if any(not (math.isfinite(v) and v > 0) for v in f.ttft_s):
+        raise bad("prefill.fresh.ttft_s", "both TTFTs must be finite and above 0 s")
+    a, b = m.prefill_coefficients()
+    if a < 0:
+        raise bad("prefill.fresh", f"the two points give a negative time per token (a = {a:.3g} s): the longer "
+                                   "prompt's TTFT grows more than quadratically; check the numbers")
+    if b < 0:
+        notes.append(f"prefill.fresh: TTFT grows less than linearly with the prompt (b = {b:.3g}); longer prompts "
+                     "are emulated as cheaper per token")
+    if m.cached_read_s_per_token() == 0:
+        notes.append("prefill.cached: the cached row's TTFT is below what its new tokens alone cost; cached tokens "
+                     "are emulated as free")
+    cap = m.kv_capacity_tokens()
+    if cap < 1:
+        raise bad("kv_cache", "the capacity it implies is below one token")
+    if m.memory is not None and m.memory.with_plan_gib > m.memory.usable_gib:
+        raise bad("memory.with_plan_gib", f"{m.memory.with_plan_gib} GiB is more than usable_gib "
+                                          f"{m.memory.usable_gib}: such a pod would not boot")
+    for s in t.streams:
+        m.tpot_ms(s, c.context_tokens[-1])  # every rule evaluates (interpolation over the table)
+    return m, notes

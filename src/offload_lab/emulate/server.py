@@ -8,9 +8,11 @@ request, each printing the log lines vLLM prints so that :mod:`offload_lab.serve
 serves ``/health``, ``/v1/models``, ``/tokenize``, ``/detokenize``, ``/v1/completions``, ``/v1/chat/completions``
 (streamed with continuous usage and ``cached_tokens``, or not) and ``/metrics``.
 
-Time is real (no acceleration): each request waits its TTFT from the model, then sends one token per TPOT, the TPOT
-re-read at every token from the number of requests running then, against absolute deadlines so that a late wake-up
-does not shift the tokens after it. Chunks carry ``x_sent_ns`` (the server's monotonic clock just before the write),
+Each request waits its TTFT from the model, then sends one token per TPOT, the TPOT re-read at every token from the
+number of requests running then, against absolute deadlines so that a late wake-up does not shift the tokens after it.
+Time is real unless ``--time-scale S`` (a rehearsal's acceleration, :mod:`offload_lab.core.timescale`): then a TTFT
+above ``--ttft-floor-s`` and a TPOT above ``--tpot-floor-ms`` are served ``floor + (w - floor) / S``, never under the
+floor (no ``--tpot-floor-ms``: decode stays real); the boot log's first line and ``/metrics`` declare it. Chunks carry ``x_sent_ns`` (the server's monotonic clock just before the write),
 as the calibrated token source's do, so the client's timing error can be measured against the emulated TPOT.
 """
 
@@ -31,13 +33,15 @@ from typing import Any
 
 from aiohttp import web
 
+from offload_lab.core.timescale import TimeScale
 from offload_lab.emulate.engine import Engine, Tokenizer, render_chat
 from offload_lab.emulate.podmodel import PodModel, boot_rule, load_pod_model
 from offload_lab.load.tokensource import stream_chunk
 
 # Words of the emulated replies: fixed, so that every side of a comparison gets the same answer.
 REPLY_WORDS = ("the", "pod", "answers", "with", "fixed", "words", "and", "no", "meaning")
-HONOURED = ("model", "host", "port", "served_model_name", "max_model_len", "block_size", "max_num_seqs", "pod_model")
+HONOURED = ("model", "host", "port", "served_model_name", "max_model_len", "block_size", "max_num_seqs", "pod_model",
+            "time_scale", "ttft_floor_s", "tpot_floor_ms")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
@@ -51,6 +55,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--pod-model", required=True, help="pod model file (configs/pods/*.yaml)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="serve waits above their floor this many times "
+                   "faster (1: real time)")
+    p.add_argument("--ttft-floor-s", type=float, default=0.0, help="TTFTs up to this are served in real time")
+    p.add_argument("--tpot-floor-ms", type=float, default=None, help="TPOTs up to this are served in real time "
+                   "(default: decode is never accelerated)")
     args, _ = p.parse_known_args(argv)
     flags: dict[str, str] = {}
     i = 0
@@ -114,6 +123,7 @@ class Pod:
         self.arrivals = 0
         self.die = die_on_first_request
         self.dead = False
+        self.scale = time_scale_of(args)
 
     # --- helpers ---------------------------------------------------------------------------------------------
 
@@ -184,7 +194,7 @@ class Pod:
         if stream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
-        deadline = arrived + ttft
+        deadline = arrived + self.scale.serve_ttft_s(ttft)
         pieces, first, last = [], None, None
         for i in range(n):
             await _sleep_until(deadline)
@@ -201,7 +211,7 @@ class Pod:
                 await resp.write(_sse(stream_chunk(rid, self.name, word, i + 1, len(ids), chat, finish, role=i == 0,
                                                    prompt_details=usage_details)))
             running = max(1, self.engine.running)
-            deadline += m.tpot_ms(running, len(ids)) * factor / 1000.0
+            deadline += self.scale.serve_tpot_ms(m.tpot_ms(running, len(ids)) * factor) / 1000.0
         self._observe(arrived, first, last, n)
         finish = "length" if n == int(body.get("max_tokens") or n) else "stop"
         usage = {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n,
@@ -254,7 +264,9 @@ class Pod:
 
     async def metrics(self, request: web.Request) -> web.Response:
         labels = {"block_size": str(self.block_size), "num_gpu_blocks": str(self.engine.capacity_blocks),
-                  "enable_prefix_caching": "True", "emulated_pod_model": self.model.name, "time_scale": "1"}
+                  "enable_prefix_caching": "True", "emulated_pod_model": self.model.name,
+                  "time_scale": f"{self.scale.factor:g}", "ttft_floor_s": f"{self.scale.ttft_floor_s:g}",
+                  "tpot_floor_ms": "none" if self.scale.tpot_floor_ms is None else f"{self.scale.tpot_floor_ms:g}"}
         return web.Response(text=self.engine.metrics_text(self.name, labels),
                             content_type="text/plain", charset="utf-8")
 
@@ -281,11 +293,26 @@ def _sse(chunk: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
+def time_scale_of(args: argparse.Namespace) -> TimeScale:
+    return TimeScale(factor=max(1.0, float(getattr(args, "time_scale", 1.0) or 1.0)),
+                     ttft_floor_s=float(getattr(args, "ttft_floor_s", 0.0) or 0.0),
+                     tpot_floor_ms=getattr(args, "tpot_floor_ms", None))
+
+
+def time_line(scale: TimeScale) -> str:
+    if not scale.accelerated:
+        return "time is real (time_scale 1)"
+    decode = ("decode real" if scale.tpot_floor_ms is None
+              else f"TPOT above {scale.tpot_floor_ms:g} ms served floor + excess / {scale.factor:g}")
+    return (f"time is ACCELERATED (time_scale {scale.factor:g}): TTFT above {scale.ttft_floor_s:g} s served floor + "
+            f"excess / {scale.factor:g}; {decode}")
+
+
 def startup_lines(model: PodModel, args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
     cap = model.kv_capacity_tokens()
     est = model.kv_cache.vllm_estimate_full_requests
     lines = [f"INFO [api_server.py] emulated pod: offload_lab.emulate.server, pod model {args.pod_model} "
-             f"({model.name}); time is real (time_scale 1)",
+             f"({model.name}); {time_line(time_scale_of(args))}",
              f"INFO [api_server.py] flags: {json.dumps(flags, sort_keys=True)}",
              f"INFO [kv_cache_utils.py] GPU KV cache size: {cap:,} tokens (pod model: {model.kv_cache.provenance[:60]}...)"]
     if est is not None and args.max_model_len:

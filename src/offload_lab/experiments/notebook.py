@@ -100,13 +100,15 @@ def validate_params(kind: str, values: Mapping[str, Any], where: str, strict: bo
                 raise
             return model.model_validate(read)
     except ValidationError as e:
-        details = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(all)'}: {err['msg']}" for err in e.errors())
+        details = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(all)'}: {err['msg']}"
+                            + (" (give it as 256,1024 or [256, 1024])" if err["type"] in _LIST_ERRORS else "")
+                            for err in e.errors())
         raise InputError(f"{where}: parameters of experiment {kind} are not valid: {details}") from e
 
 
 def _read_texts(values: dict[str, Any], error: ValidationError) -> dict[str, Any]:
     """``values`` with each text a field refused read as YAML, where it reads as something other than text."""
-    import yaml
+    from offload_lab.core.inputs import parse_yaml_value
 
     out = dict(values)
     for err in error.errors():
@@ -114,12 +116,22 @@ def _read_texts(values: dict[str, Any], error: ValidationError) -> dict[str, Any
         if not isinstance(name, str) or not isinstance(values.get(name), str):
             continue
         try:
-            parsed = yaml.safe_load(values[name])
-        except yaml.YAMLError:
+            # Bounded (core.inputs): a YAML alias bomb in a parameter is refused, never expanded.
+            parsed = parse_yaml_value(values[name], f"parameter {name}")
+        except InputError as e:
+            if "bomb" in str(e) or "characters" in str(e) or "deeply" in str(e):
+                raise
             continue
+        if isinstance(parsed, str) and err["type"] in _LIST_ERRORS and "," in parsed:
+            # `-p context_lengths 256,1024`: a comma-separated list, each item read as YAML (256 -> int).
+            parsed = [parse_yaml_value(item.strip(), f"parameter {name}") for item in parsed.split(",")
+                      if item.strip()]
         if not isinstance(parsed, str):
             out[name] = parsed
     return out
+
+
+_LIST_ERRORS = ("list_type", "tuple_type", "set_type")
 
 
 def injected_names(namespace: Mapping[str, Any]) -> set[str]:
@@ -168,13 +180,33 @@ def start(kind: str, namespace: Mapping[str, Any]) -> NotebookRun:
     # A campaign passes the URL redacted and its credentials in the kernel's environment (core.redact).
     base_url = url_with_credentials(namespace.get("base_url"))
     if run_dir:
-        return NotebookRun(kind, runs.attach_run(run_dir), params, base_url, campaign, data_root, owned=False)
+        return NotebookRun(kind, runs.attach_for_writing(run_dir), params, base_url, campaign, data_root, owned=False)
+    base_url = hand_url(namespace.get("base_url"))
     from offload_lab.core.environment import capture_environment
 
     server = _hand_server(base_url)
     run = runs.new_run(data_root, campaign, kind, params.model_dump(mode="json"), environment=capture_environment(),
                        notebook=_record_notebook(root, kind), hand_run=True, server=server)
     return NotebookRun(kind, run, params, base_url, campaign, data_root, owned=True)
+
+
+def hand_url(given: Any) -> str | None:
+    """A hand run's server: ``base_url`` through the check ``bench --url`` makes (core.inputs.check_server_url),
+    with credentials refused there (papermill writes parameters into the output notebook); a URL with credentials
+    comes whole from the environment (:data:`offload_lab.core.redact.SERVER_URL_ENV`), with base_url left out."""
+    from offload_lab.core.inputs import check_server_url
+    from offload_lab.core.redact import SERVER_URL_ENV, add_url_secrets
+
+    full = url_with_credentials(given)
+    if given and full != given:  # the redacted form, the whole URL in the environment (campaigns.execute does so)
+        return check_server_url(full, "base_url")
+    if given:
+        return check_server_url(given, "base_url", credentials=False)
+    from_env = os.environ.get(SERVER_URL_ENV)
+    if from_env:
+        add_url_secrets(from_env)
+        return check_server_url(from_env, SERVER_URL_ENV)
+    return None
 
 
 def _short_errors() -> None:
@@ -189,8 +221,10 @@ def _short_errors() -> None:
         return
     from offload_lab.core.errors import ServerError
 
+    from offload_lab.core.redact import redact_text
+
     def one_line(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
-        line = f"{etype.__name__}: {value}"
+        line = f"{etype.__name__}: {redact_text(str(value))}"
         self._showtraceback(etype, value, [line])  # IPython's documented way to show a custom traceback
         return [line]
 
@@ -223,11 +257,33 @@ def running(kind: str, namespace: Mapping[str, Any],
     """:func:`start`, then finish a run the notebook owns however the block ends (``stopped`` for the exceptions
     named, ``failed`` for any other, ``ok`` otherwise); the campaign runner finishes the runs it made."""
     nr = start(kind, namespace)
-    with runs.finishing_if_owned(nr.run, nr.owned, stopped=stopped):
-        yield nr
-        # Before the run is finished: figures drawn here go into its manifest like the rest of its files.
-        show_figures(run_figures(nr))
-    print("run directory:", nr.run.path)
+    try:
+        with runs.finishing_if_owned(nr.run, nr.owned, stopped=stopped):
+            yield nr
+            # Before the run is finished: figures drawn here go into its manifest like the rest of its files.
+            show_figures(run_figures(nr))
+    finally:
+        say_run_directory(nr)
+
+
+RUN_DIRECTORY = "run directory:"  # the line a hand run ends with; campaigns.execute reads it from the output notebook
+
+
+def say_run_directory(nr: NotebookRun) -> None:
+    """The run's directory, however the run ended: in the notebook, and for a hand run in the terminal that started
+    the kernel too: papermill shows a kernel's output only with --log-output, but the kernel's own stderr (ipykernel
+    keeps a copy of it, ``_original_stdstream_copy``, when it captures the descriptor) is that terminal."""
+    import sys
+
+    line = f"{RUN_DIRECTORY} {nr.run.path} ({nr.run.manifest.get('outcome')})"
+    print(line, flush=True)
+    terminal = getattr(sys.stderr, "_original_stdstream_copy", None)
+    if nr.owned and isinstance(terminal, int):
+        try:
+            # On a line of its own: papermill's progress bar may be half drawn there.
+            os.write(terminal, f"\n{line}\n".encode())
+        except OSError:  # a closed or absent terminal: the notebook has the line
+            pass
 
 
 FIGURES_DIR = "figures"
@@ -300,7 +356,7 @@ def _latency_picture(run_dir: Path, kind: str) -> Any | None:
     files), for a run whose tables have too few rows to draw."""
     from offload_lab.paper import explore_plots
 
-    events = [e for p in sorted(run_dir.rglob("events.jsonl")) for e in runs.read_events(p)
+    events = [e for p in sorted(run_dir.rglob(runs.EVENTS)) for e in runs.read_events(p)
               if e.get("kind") == "request" and e.get("ok")]
     columns = [(key, label) for key, label in (("ttft_s", "time to first token (s)"),
                                                ("tpot_ms", "time per output token (ms)"))

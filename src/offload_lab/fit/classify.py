@@ -101,7 +101,7 @@ RULESETS: dict[str, list[Rule]] = {
 }
 
 # config.json model_type / architectures -> rule set.
-_ARCH_ALIASES = {
+ARCH_ALIASES = {
     "deepseek_v3": "deepseek_v3", "deepseek_v32": "deepseek_v3", "deepseek_v2": "deepseek_v3",
     "deepseekv3forcausallm": "deepseek_v3", "deepseekv2forcausallm": "deepseek_v3",
     "deepseek_v4": "deepseek_v4", "deepseekv4forcausallm": "deepseek_v4",
@@ -116,8 +116,8 @@ def detect_architecture(config: Mapping[str, Any] | None, names: Iterable[str]) 
     names = list(names)
     if config:
         for key in [config.get("model_type"), *(config.get("architectures") or [])]:
-            if isinstance(key, str) and key.lower() in _ARCH_ALIASES:
-                arch = _ARCH_ALIASES[key.lower()]
+            if isinstance(key, str) and key.lower() in ARCH_ALIASES:
+                arch = ARCH_ALIASES[key.lower()]
                 # DeepSeek-V4 on the Hub may keep the native names under a V3-style config.
                 if arch == "deepseek_v3" and any(n.startswith("layers.") for n in names[:1000]):
                     return "deepseek_v4"

@@ -149,10 +149,14 @@ def parse_header(raw: bytes, file: str, file_bytes: int | None = None) -> tuple[
         raise InputError(f"{file}: the safetensors header nests more than {HEADER_MAX_DEPTH} levels deep, which no "
                          "safetensors header does; not a safetensors file?")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise InputError(
             f"{file}: the safetensors header is not valid UTF-8 JSON ({e}); not a safetensors file?") from e
+    except _DuplicateKey as e:
+        # json keeps the last of two equal keys: one tensor would hide another's bytes from the audit.
+        raise InputError(f"{file}: the safetensors header names {str(e)[:80]!r} twice; a header names each tensor "
+                         "once (a damaged or crafted file)") from None
     if not isinstance(obj, dict):
         raise InputError(f"{file}: the safetensors header is a JSON {type(obj).__name__}, not an object")
     metadata = obj.pop("__metadata__", None) or {}
@@ -177,19 +181,44 @@ def parse_header(raw: bytes, file: str, file_bytes: int | None = None) -> tuple[
     return {str(k): str(v) for k, v in metadata.items()}, tuple(tensors)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+# A dimension or offset is a non-negative integer below 2**63 (safetensors' own u64 less the sign): JSON's true is
+# an int to Python, and a 30-digit number would overflow every size computed from it.
+_MAX_INT = 2 ** 63 - 1
+MAX_RANK = 16
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_INT
+
+
 def _tensor(name: str, entry: Any, file: str, data_start: int) -> Tensor:
     ok = (
         isinstance(entry, dict)
         and isinstance(entry.get("dtype"), str)
         and isinstance(entry.get("shape"), list)
-        and all(isinstance(d, int) and d >= 0 for d in entry["shape"])
+        and len(entry["shape"]) <= MAX_RANK
+        and all(_count(d) for d in entry["shape"])
         and isinstance(entry.get("data_offsets"), list)
         and len(entry["data_offsets"]) == 2
-        and all(isinstance(o, int) for o in entry["data_offsets"])
-        and 0 <= entry["data_offsets"][0] <= entry["data_offsets"][1]
+        and all(_count(o) for o in entry["data_offsets"])
+        and entry["data_offsets"][0] <= entry["data_offsets"][1]
     )
     if not ok:
-        raise InputError(f"{file}: tensor {name}: header entry needs dtype, shape and data_offsets [begin, end]")
+        raise InputError(f"{file}: tensor {name[:120]}: header entry needs dtype, shape (up to {MAX_RANK} "
+                         "non-negative integers, not true/false) and data_offsets [begin, end] (integers)")
     begin, end = entry["data_offsets"]
     shape = tuple(entry["shape"])
     nbytes = end - begin

@@ -147,3 +147,15 @@ def host_ram(model: MemoryModel, host: HostSet, host_ram_gib: float | None = Non
                    blocks=len(flat), granularity=granularity, rounding=rounding, max_round_bytes=threshold,
                    host_ram_bytes=None if host_ram_gib is None else int(round(host_ram_gib * GiB)),
                    reserve_bytes=int(round(reserve_gib * GiB)))
+
+
+def this_host_ram_gib() -> float | None:
+    """This machine's RAM (MemTotal of /proc/meminfo), GiB; None where there is no /proc."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 / GiB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

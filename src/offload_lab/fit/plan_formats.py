@@ -235,6 +235,13 @@ def stack_plan_report(stack: "Stack") -> tuple[dict[str, Any] | None, list[str]]
         "format_provenance": plans.format_provenance, "files": {}}
     layers = _model_layers(stack)
     problems: list[str] = []
+    weights = _weight_format(stack)
+    info["weight_format"] = weights
+    if reader is not None and reader.weight_formats and weights not in reader.weight_formats:
+        problems.append(f"the plan's reader ({plans.read_by.patch if plans.read_by else '?'}) loads only "
+                        f"{'/'.join(reader.weight_formats)} weights and the stack serves {weights} weights "
+                        "(server.flags.quantization, else the model's config.json): no layer would read the plan; "
+                        "serve the weights in a format the reader loads or use another offload part")
     for name, spec in plans.files.items():
         source, served = stack.resolve(spec.path), stack.resolve(plans.served_path(name))
         row: dict[str, Any] = {"path": str(source), "served_path": str(served),
@@ -255,6 +262,25 @@ def stack_plan_report(stack: "Stack") -> tuple[dict[str, Any] | None, list[str]]
         row.update({"checked_against": "model" if layers else "the plan's checkpoint", **view.summary()})
         problems += [f"plan {name}: {served} as {plans.format}: {p}" for p in view.problems]
     return info, problems
+
+
+def _weight_format(stack: "Stack") -> str:
+    """The weights' format as vLLM will load them: server.flags.quantization, else the model's config.json
+    ``quantization_config.quant_method``, else its dtype (unquantized)."""
+    q = stack.spec.server.flags.quantization
+    if q:
+        return str(q)
+    cfg_path = stack.model_path / "config.json"
+    if cfg_path.is_file():
+        try:
+            cfg = inputs.read_json(cfg_path, "config.json", expect=dict)
+        except InputError:
+            return "unknown"
+        qc = cfg.get("quantization_config")
+        if isinstance(qc, dict) and qc.get("quant_method"):
+            return str(qc["quant_method"])
+        return str(cfg.get("torch_dtype") or cfg.get("dtype") or "unquantized")
+    return "unquantized"
 
 
 def _own_plan(path: Path, problems: list[str], what: str) -> PlanFile | None:

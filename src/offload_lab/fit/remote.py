@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,14 @@ from offload_lab.fit.headers import (CONFIG_NAME, INDEX_NAME, SINGLE_NAME, Check
                                          index_files, check_index, parse_header)
 
 DEFAULT_FIRST_READ = 64 * 1024
+# Deadlines. A header is at most a few MiB: on any link that serves checkpoints one request takes seconds, so 30 s
+# without a byte (connect or read) is a dead server, and 120 s for one whole request is a server trickling bytes to
+# keep the connection open (which per-read timeouts never catch). An index or config.json above 16 MiB is not one.
+READ_TIMEOUT_S = 30.0
+REQUEST_DEADLINE_S = 120.0
+MAX_JSON_BYTES = 16 * 1024 * 1024
+# Hugging Face answers a file URL with a redirect to its CDN; a few hops at most.
+MAX_REDIRECTS = 5
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 HF_TOKEN_ENV = "HF_TOKEN"
 
@@ -78,9 +87,20 @@ class RemoteOptions:
     concurrency: int = 16
     retries: int = 4
     backoff_s: float = 0.25
-    timeout_s: float = 30.0
+    timeout_s: float = READ_TIMEOUT_S
     first_read: int = DEFAULT_FIRST_READ
     token_host: str | None = None  # the only host HF_TOKEN is ever sent to
+    deadline_s: float = REQUEST_DEADLINE_S  # one whole request, however slowly its bytes come
+    # A URL source's own host: a redirect elsewhere is refused (None: hf://, whose files live on a CDN).
+    same_host: str | None = None
+
+
+class RedirectRefusedError(InputError):
+    """A redirect would leave the host the user named."""
+
+
+class TooSlowError(InputError):
+    """A request ran past its whole-request deadline, or the audit was stopped."""
 
 
 class _Remote:
@@ -88,8 +108,19 @@ class _Remote:
 
     def __init__(self, opts: RemoteOptions):
         self.opts = opts
+        # Set on SIGINT/SIGTERM in the main thread: every shard thread stops at its next chunk.
+        self.stop = threading.Event()
+
+        def same_host(request: httpx.Request) -> None:
+            if opts.same_host and request.url.host != opts.same_host:
+                raise RedirectRefusedError(
+                    f"{opts.same_host}: a redirect leads to another host ({request.url.host}); the audit reads only "
+                    "from the host named. Give the final URL, or an hf:// source")
+
         self.client = httpx.Client(
             follow_redirects=True,
+            max_redirects=MAX_REDIRECTS,
+            event_hooks={"request": [same_host]},
             timeout=httpx.Timeout(opts.timeout_s),
             limits=httpx.Limits(max_connections=max(1, opts.concurrency), max_keepalive_connections=opts.concurrency),
             headers={"User-Agent": "offload-lab checkpoint audit (header-only range reads)"},
@@ -113,6 +144,8 @@ class _Remote:
                 return fn()
             except _Retryable as e:
                 last = str(e)
+            except httpx.TooManyRedirects:
+                raise FetchError(f"{url}: more than {MAX_REDIRECTS} redirects; give the file's final URL") from None
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
             if attempt < self.opts.retries:
@@ -121,14 +154,23 @@ class _Remote:
 
     def get_json(self, url: str, missing_ok: bool = False) -> tuple[Any, httpx.Headers] | None:
         def once() -> tuple[Any, httpx.Headers] | None:
-            r = self.client.get(url, headers=self._headers(url))
-            if r.status_code == 404 and missing_ok:
-                return None
-            _raise_for_status(r, url)
+            deadline = time.monotonic() + self.opts.deadline_s
+            with self.client.stream("GET", url, headers=self._headers(url)) as r:
+                if r.status_code == 404 and missing_ok:
+                    return None
+                _raise_for_status(r, url)
+                buf = bytearray()
+                for chunk in r.iter_bytes():
+                    buf += chunk
+                    self._check_time(url, deadline)
+                    if len(buf) > MAX_JSON_BYTES:
+                        raise InputError(f"{url}: more than {MAX_JSON_BYTES:,} bytes for a JSON file (an index or "
+                                         "config.json is far smaller); not the file asked for")
+                headers = r.headers
             try:
-                return r.json(), r.headers
-            except json.JSONDecodeError as e:
-                raise InputError(f"{url}: not JSON ({e})") from e
+                return json.loads(bytes(buf)), headers
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise InputError(f"{url}: not JSON ({str(e)[:120]})") from None
 
         return self._retrying(url, "the JSON file", once)
 
@@ -158,32 +200,51 @@ class _Remote:
                       fetched_bytes=state["received"], requests=state["requests"])
         return shard, headers
 
+    def _check_time(self, url: str, deadline: float) -> None:
+        if self.stop.is_set():
+            raise TooSlowError(f"{url}: stopped")
+        if time.monotonic() > deadline:
+            raise TooSlowError(f"{url}: the request took longer than its {self.opts.deadline_s:g} s deadline (a "
+                               "server sending bytes too slowly); try again later or pass a larger deadline")
+
     def _range(self, url: str, start: int, end: int, header_end: int | None,
                state: dict[str, int]) -> tuple[bytes, int | None, httpx.Headers]:
         """Bytes [start, end] of url, and the file's total size when the server says it."""
         state["requests"] += 1
+        deadline = time.monotonic() + self.opts.deadline_s
         with self.client.stream("GET", url, headers=self._headers(url, {"Range": f"bytes={start}-{end}"})) as r:
             if r.status_code == 200:
-                self._abort_full_body(r, url, state, header_end)
+                self._abort_full_body(r, url, state, header_end, deadline)
             if r.status_code == 416:
                 raise InputError(f"{url}: the server says byte {start} is past the end of the file (416)")
             _raise_for_status(r, url)
             if r.status_code != 206:
                 raise InputError(f"{url}: expected 206 Partial Content for a range request, got {r.status_code}")
-            got_start, total = _content_range(r.headers.get("content-range"), url)
+            got_start, got_end, total = _content_range(r.headers.get("content-range"), url)
             if got_start != start:
                 raise InputError(f"{url}: asked for bytes from {start}, the server sent them from {got_start}")
+            if got_end > end:
+                raise InputError(f"{url}: asked for bytes {start}-{end}, the server's Content-Range says it sends up "
+                                 f"to byte {got_end}")
+            promised = got_end - start + 1
             chunks = []
             size = 0
-            for chunk in r.iter_bytes():
+            # iter_raw: a Content-Encoding would make the decoded size differ from the bytes the range counts.
+            for chunk in r.iter_raw():
                 chunks.append(chunk)
                 size += len(chunk)
                 state["received"] += len(chunk)
-                if size > end - start + 1:
-                    raise InputError(f"{url}: the server sent more than the {end - start + 1} bytes asked for")
+                if size > promised:
+                    raise InputError(f"{url}: the server sent more than the {promised} bytes its Content-Range "
+                                     f"({start}-{got_end}) promised")
+                self._check_time(url, deadline)
+            if size != promised:
+                raise InputError(f"{url}: the server sent {size} bytes where its Content-Range ({start}-{got_end}) "
+                                 f"promised {promised}; a broken server or connection")
             return b"".join(chunks), total, r.headers
 
-    def _abort_full_body(self, r: httpx.Response, url: str, state: dict[str, int], header_end: int | None) -> None:
+    def _abort_full_body(self, r: httpx.Response, url: str, state: dict[str, int], header_end: int | None,
+                         deadline: float) -> None:
         # The server ignored Range and is sending the whole file. Read only as far as the header reaches (its length
         # is in the first 8 bytes), then close the connection: nothing past the header is downloaded.
         buf = b""
@@ -191,6 +252,7 @@ class _Remote:
         for chunk in r.iter_raw():
             buf += chunk
             state["received"] += len(chunk)
+            self._check_time(url, deadline)
             if need is None and len(buf) >= 8:
                 need = 8 + header_length(buf, url)
             if need is not None and len(buf) >= need:
@@ -220,11 +282,16 @@ def _raise_for_status(r: httpx.Response, url: str) -> None:
         raise InputError(f"{url}: HTTP {r.status_code}")
 
 
-def _content_range(value: str | None, url: str) -> tuple[int, int | None]:
-    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value or "")
+def _content_range(value: str | None, url: str) -> tuple[int, int, int | None]:
+    """(first byte, last byte, total or None) of a Content-Range header, each a number below 2**63."""
+    m = re.fullmatch(r"\s*bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)\s*", (value or "")[:200])
     if not m:
-        raise InputError(f"{url}: a 206 answer without a valid Content-Range header ({value!r})")
-    return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
+        raise InputError(f"{url}: a 206 answer without a valid Content-Range header ({(value or '')[:60]!r})")
+    first, last = int(m.group(1)), int(m.group(2))
+    total = None if m.group(3) == "*" else int(m.group(3))
+    if last < first or (total is not None and last >= total) or max(first, last, total or 0) >= 2 ** 63:
+        raise InputError(f"{url}: Content-Range {(value or '')[:60]!r} is not a byte range of the file")
+    return first, last, total
 
 
 def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str | None = None) -> Checkpoint:
@@ -241,6 +308,7 @@ def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str
     else:
         if not re.match(r"https?://", source):
             raise InputError(f"{source}: not an http(s) URL")
+        opts.same_host = urlsplit(source).hostname
         base, _, last = source.rstrip("/").rpartition("/")
         single = source if last.endswith(".safetensors") else None
         index = source if last.endswith(".json") else None
@@ -266,8 +334,16 @@ def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str
         config = config_got[0] if config_got else None
         if config_got and not commit:
             commit = config_got[1].get("x-repo-commit")
-        with cf.ThreadPoolExecutor(max_workers=max(1, opts.concurrency)) as pool:
+        pool = cf.ThreadPoolExecutor(max_workers=max(1, opts.concurrency))
+        try:
             results = list(pool.map(lambda f: remote.read_header(single or url_of(f), f), files))
+        except BaseException:
+            # SIGINT/SIGTERM (or one shard's error): the other threads stop at their next chunk; never wait for a
+            # slow server before the error is reported.
+            remote.stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     finally:
         remote.close()
     shards = [s for s, _ in results]

@@ -1,14 +1,14 @@
 """Header-only synthetic checkpoints at full scale: the audit, the memory model and the plan generators run against a
 763B-parameter layout here, without a single real weight.
 
-A :class:`SyntheticSpec` (YAML, ``configs/checkpoints/*.yaml``, or derived from a Hugging Face ``config.json`` with
-:func:`spec_from_hf_config`) names the layout: naming scheme, layers, experts, dimensions, how experts and the other
-linear layers are stored (BF16, FP8 with 128x128 block scales, or EXL3 trellis/suh/svh at a given bit width), and any
-Engram lookup tables. :func:`write_checkpoint` writes real safetensors files whose headers are exact and whose data is
-a hole: each shard is ``8 + header`` bytes written and then extended with ``truncate`` to its full size, so the file
-system stores it sparse (a 300 GiB checkpoint takes a few MB of disk) and reads of the data return zeros. Shards come
-with ``model.safetensors.index.json`` and a ``config.json`` marked ``offload_lab_synthetic`` so that no one mistakes it
-for a model.
+A :class:`SyntheticSpec` (YAML, ``configs/checkpoints/*.yaml``) names the layout: naming scheme, layers, experts,
+dimensions, how experts and the other linear layers are stored (BF16, FP8 with 128x128 block scales, or EXL3
+trellis/suh/svh at a given bit width), and any Engram lookup tables. :func:`write_checkpoint` writes real safetensors
+files whose headers are exact and whose data is a hole: each shard is ``8 + header`` bytes written and then extended
+with ``truncate`` to its full size, so the file system stores it sparse (a 300 GiB checkpoint takes a few MB of disk)
+and reads of the data return zeros. Shards come with ``model.safetensors.index.json`` and a ``config.json`` marked
+``offload_lab_synthetic`` so that no one mistakes it for a model. A Hugging Face ``config.json`` needs no spec:
+:func:`offload_lab.fit.hfmodel.write_synthetic` writes transformers' own model of it through :func:`write_tensors`.
 
 Synthetic layouts are illustrations: dimensions that the model's publisher has not stated are assumptions, marked as
 such in the spec file, and no number derived from them is the real model's.
@@ -124,43 +124,6 @@ def load_spec(path: Path | str) -> SyntheticSpec:
     except ValidationError as e:
         details = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'spec'}: {err['msg']}" for err in e.errors())
         raise InputError(f"synthetic checkpoint spec {path}: {details}") from e
-
-
-def spec_from_hf_config(config: Mapping[str, Any], name: str = "from-config", **overrides: Any) -> SyntheticSpec:
-    """A spec with a Hugging Face config.json's dimensions (Qwen2/3-MoE, DeepSeek-V3 names)."""
-    mt = str(config.get("model_type", "")).lower()
-    if mt in ("qwen3_moe", "qwen2_moe"):
-        fields: dict[str, Any] = {
-            "naming": mt, "num_experts": config["num_experts"],
-            "attention": "gqa", "num_key_value_heads": config["num_key_value_heads"],
-            "head_dim": config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
-            "n_shared_experts": 1 if mt == "qwen2_moe" and config.get("shared_expert_intermediate_size") else 0,
-        }
-    elif mt.startswith("deepseek"):
-        fields = {
-            "naming": "deepseek_v3", "num_experts": config["n_routed_experts"], "attention": "mla",
-            "q_lora_rank": config.get("q_lora_rank"), "kv_lora_rank": config["kv_lora_rank"],
-            "qk_nope_head_dim": config["qk_nope_head_dim"], "qk_rope_head_dim": config["qk_rope_head_dim"],
-            "v_head_dim": config["v_head_dim"], "n_shared_experts": config.get("n_shared_experts") or 0,
-            "first_k_dense_replace": config.get("first_k_dense_replace") or 0,
-            "intermediate_size": config.get("intermediate_size") or 0,
-        }
-    else:
-        raise InputError(f"config.json model_type {mt!r}: synthetic checkpoints know qwen2_moe, qwen3_moe, deepseek_*")
-    fields.update({
-        "name": name, "num_hidden_layers": config["num_hidden_layers"],
-        "num_experts_per_tok": config["num_experts_per_tok"], "hidden_size": config["hidden_size"],
-        "moe_intermediate_size": config["moe_intermediate_size"], "vocab_size": config["vocab_size"],
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
-        "num_attention_heads": config["num_attention_heads"],
-        "max_position_embeddings": config.get("max_position_embeddings", 4096),
-        "torch_dtype": config.get("torch_dtype") or config.get("dtype") or "bfloat16",
-    })
-    fields.update(overrides)
-    try:
-        return SyntheticSpec.model_validate(fields)
-    except ValidationError as e:
-        raise InputError(f"synthetic spec from config.json: {e}") from e
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -379,13 +342,19 @@ def hf_config(spec: SyntheticSpec) -> dict[str, Any]:
 
 def write_checkpoint(spec: SyntheticSpec, out_dir: Path | str) -> dict[str, Any]:
     """Write the sparse shards, the index and config.json into ``out_dir`` (which must be empty or absent)."""
+    return write_tensors(tensor_specs(spec), hf_config(spec), out_dir, spec.shards, spec.name)
+
+
+def write_tensors(tensors: list[TensorSpec], config: Mapping[str, Any], out_dir: Path | str, shards: int,
+                  name: str) -> dict[str, Any]:
+    """Sparse shards of ``tensors``, their index and ``config`` as config.json, into a new or empty ``out_dir``."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; write a synthetic checkpoint into a new directory")
     out.mkdir(parents=True, exist_ok=True)
-    groups = assign_shards(tensor_specs(spec), spec.shards)
+    groups = assign_shards(tensors, shards)
     weight_map: dict[str, str] = {}
     apparent = 0
     for i, group in enumerate(groups, 1):
@@ -393,9 +362,9 @@ def write_checkpoint(spec: SyntheticSpec, out_dir: Path | str) -> dict[str, Any]
         apparent += write_sparse_safetensors(out / name, group)
         weight_map.update({t.name: name for t in group})
     total = sum(t.nbytes for g in groups for t in g)
-    index = {"metadata": {"total_size": total, "offload_lab_synthetic": spec.name}, "weight_map": weight_map}
+    index = {"metadata": {"total_size": total, "offload_lab_synthetic": name}, "weight_map": weight_map}
     (out / INDEX_NAME).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    (out / CONFIG_NAME).write_text(json.dumps(hf_config(spec), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return {"dir": str(out), "shards": len(groups), "tensors": len(weight_map), "data_bytes": total,
             "apparent_bytes": apparent, "disk_bytes": disk_usage(out)}
 

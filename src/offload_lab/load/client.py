@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
+from offload_lab.core.redact import redact_text
+from offload_lab.load import responses
 from offload_lab.load.endpoint import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint  # noqa: F401 (re-exported)
 
 T = TypeVar("T")
@@ -31,7 +33,14 @@ Reads = list[tuple[int, bytes]]
 # Default timeouts for a session made without an endpoint (the URL goes with each request).
 _DEFAULT = Endpoint("http://127.0.0.1")
 
-ERROR_KINDS = ("connect", "http_status", "stream_error", "timeout", "short_output", "other")
+# bad_response: a chunk of the wrong shape or out of bounds; lie: usage or finish_reason contradicting the stream or
+# the request; no_done: the stream ended without its [DONE] marker (cut off, so its counts are not whole).
+ERROR_KINDS = ("connect", "http_status", "stream_error", "timeout", "short_output", "bad_response", "lie", "no_done",
+               "other")
+# A stream's bytes are bounded too: vLLM sends ~300-400 bytes a token with continuous usage; 16 KiB a token and 1 MiB
+# besides is far above any real stream, and far below a server streaming filler until the deadline.
+STREAM_BYTES_BASE = 1 << 20
+STREAM_BYTES_PER_TOKEN = 16 << 10
 
 
 @dataclass
@@ -59,6 +68,9 @@ class RequestRecord:
     error: str | None = None
     text: str = ""
     expected_tokens: int | None = None
+    max_tokens: int | None = None
+    done: bool = False  # the stream's [DONE] marker came
+    text_chunks: int = 0  # chunks that carried text (each holds at least one token)
 
     @property
     def ok(self) -> bool:
@@ -147,28 +159,59 @@ def chat_payload(model: str, messages: list[dict[str, Any]], max_tokens: int, *,
     return payload
 
 
+class _Bad(Exception):
+    """A chunk of the wrong shape or out of bounds (turned into the record's bad_response)."""
+
+
+def _choice(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    choices = chunk.get("choices")
+    if choices is None or choices == []:
+        return None
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise _Bad(f"'choices' must be a list of objects, got {responses.quote(choices)}")
+    return choices[0]
+
+
+def _str(value: Any, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Bad(f"{field!r} must be a string, got {responses.quote(value)}")
+    return value
+
+
 def _chunk_text(chunk: dict[str, Any]) -> str | None:
     """Generated text in a chunk, '' for a chunk with a choice but no text, None for a chunk with no choice."""
-    choices = chunk.get("choices") or []
-    if not choices:
+    c = _choice(chunk)
+    if c is None:
         return None
-    c = choices[0]
     if "text" in c:
-        return c.get("text") or ""
+        return _str(c.get("text"), "text")
     delta = c.get("delta") or {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+    if not isinstance(delta, dict):
+        raise _Bad(f"'delta' must be an object, got {responses.quote(delta)}")
+    return (_str(delta.get("content"), "delta.content")
+            + _str(delta.get("reasoning_content") or delta.get("reasoning"), "delta.reasoning_content"))
 
 
-def _apply_usage(rec: RequestRecord, usage: dict[str, Any] | None) -> int | None:
-    """Record usage; return how many completion tokens this chunk added (continuous usage), if known."""
+def _apply_usage(rec: RequestRecord, usage: Any) -> int | None:
+    """Record usage (checked: counts are integers from 0 to MAX_TOKENS); return how many completion tokens this
+    chunk added (continuous usage), if known."""
     if not usage:
         return None
+    try:
+        u = responses.Usage.model_validate(usage)
+    except responses.ValidationError as e:
+        err = e.errors(include_input=False)[0]
+        field = "usage." + ".".join(str(p) for p in err["loc"])
+        raise _Bad(f"{field!r}: {err['msg'].lower()}, got {responses.quote(responses.at(usage, err['loc']))}") from None
     before = rec.completion_tokens or 0
-    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
-    rec.completion_tokens = usage.get("completion_tokens", rec.completion_tokens)
-    details = usage.get("prompt_tokens_details") or {}
-    if details.get("cached_tokens") is not None:
-        rec.cached_tokens = details["cached_tokens"]
+    if u.prompt_tokens is not None:
+        rec.prompt_tokens = u.prompt_tokens
+    if u.completion_tokens is not None:
+        rec.completion_tokens = u.completion_tokens
+    if u.prompt_tokens_details is not None and u.prompt_tokens_details.cached_tokens is not None:
+        rec.cached_tokens = u.prompt_tokens_details.cached_tokens
     if rec.completion_tokens is None:
         return None
     return rec.completion_tokens - before
@@ -184,25 +227,55 @@ async def stream_raw(client: aiohttp.ClientSession, base_url: str | Endpoint, en
     together. (aiohttp, not httpx, for this loop: against the calibrated token source at 64 streams its per-read
     cost kept the p99 timing error under a millisecond, where httpx's was several.)
     """
-    rec = RequestRecord(request_id=uuid.uuid4().hex, endpoint=endpoint, t_sent_ns=0, expected_tokens=expected_tokens)
+    max_tokens = payload.get("max_tokens")
+    max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+    rec = RequestRecord(request_id=uuid.uuid4().hex, endpoint=endpoint, t_sent_ns=0, expected_tokens=expected_tokens,
+                        max_tokens=max_tokens)
+    ep = base_url if isinstance(base_url, Endpoint) else _DEFAULT
     url = str(getattr(base_url, "base_url", base_url)).rstrip("/") + endpoint
     reads: Reads = []
     body = orjson.dumps(payload)  # encoded before the clock starts: a long prompt takes a while to serialize
+    deadline_s = ep.request_deadline(max_tokens)
+    first_byte_ns = int(ep.read_timeout_s * 1e9)
+    max_bytes = STREAM_BYTES_BASE + STREAM_BYTES_PER_TOKEN * (max_tokens or 0)
+    timeout = aiohttp.ClientTimeout(total=deadline_s, sock_connect=ep.connect_timeout_s, sock_read=ep.read_timeout_s)
     rec.t_sent_ns = time.monotonic_ns()
     try:
-        async with client.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+        # No redirects: a 3xx is an answer of the wrong kind, and following it could leave the host named.
+        async with client.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=timeout,
+                               allow_redirects=False) as resp:
             rec.status = resp.status
             if resp.status != 200:
-                text = (await resp.read()).decode(errors="replace")
+                text = (await resp.content.read(2000)).decode(errors="replace")
                 rec.t_end_ns = time.monotonic_ns()
                 rec.error_kind, rec.error = "http_status", f"HTTP {resp.status}: {text[:500]}"
                 return rec, reads
+            seen_data, size = False, 0
             async for raw in resp.content.iter_any():
-                reads.append((time.monotonic_ns(), raw))
+                now = time.monotonic_ns()
+                reads.append((now, raw))
+                size += len(raw)
+                if size > max_bytes:
+                    rec.error_kind = "bad_response"
+                    rec.error = f"the stream ran past {max_bytes:,} bytes for {max_tokens} tokens; cut off"
+                    break
+                # Comments or bytes trickled to keep the connection open are no progress: the first data event
+                # must come within the first-byte deadline.
+                if not seen_data:
+                    seen_data = b"data:" in raw
+                    if not seen_data and now - rec.t_sent_ns > first_byte_ns:
+                        rec.error_kind = "timeout"
+                        rec.error = (f"no data event within the first-byte deadline of {ep.read_timeout_s:g} s "
+                                     "(only comments or stray bytes came)")
+                        break
     except aiohttp.ClientConnectorError as e:
         rec.error_kind, rec.error = "connect", str(e) or type(e).__name__
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as e:
-        rec.error_kind, rec.error = "timeout", str(e) or type(e).__name__
+        rec.error_kind = "timeout"
+        rec.error = (f"{type(e).__name__}: past a deadline (connect {ep.connect_timeout_s:g} s, silence "
+                     f"{ep.read_timeout_s:g} s, whole request {deadline_s:g} s) {e}").strip()
+    except aiohttp.TooManyRedirects as e:
+        rec.error_kind, rec.error = "http_status", f"redirected ({type(e).__name__}); redirects are not followed"
     except aiohttp.ClientError as e:
         rec.error_kind, rec.error = "stream_error", f"{type(e).__name__}: {e}"
     except (OSError, ValueError) as e:
@@ -218,16 +291,49 @@ def finish_record(rec: RequestRecord, reads: Reads) -> RequestRecord:
     try:
         _parse_events(rec, sse_events(reads))
     except orjson.JSONDecodeError as e:
-        rec.error_kind = rec.error_kind or "stream_error"
-        rec.error = rec.error or f"a chunk is not JSON: {e}"
-    except (AttributeError, TypeError, KeyError, IndexError) as e:
+        # orjson refuses invalid UTF-8 and integers beyond 64 bits here too.
+        rec.error_kind = rec.error_kind or "bad_response"
+        rec.error = rec.error or f"a chunk is not JSON ({str(e).split(':')[0]})"
+    except _Bad as e:
+        rec.error_kind = rec.error_kind or "bad_response"
+        rec.error = rec.error or f"a chunk is out of bounds: {e}"
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
         # JSON of the wrong shape: a server-side fault, recorded, never a crash of the whole level.
-        rec.error_kind = rec.error_kind or "other"
-        rec.error = rec.error or f"a chunk has an unexpected shape: {type(e).__name__}: {e}"
+        rec.error_kind = rec.error_kind or "bad_response"
+        rec.error = rec.error or f"a chunk has an unexpected shape: {type(e).__name__}: {str(e)[:200]}"
+    if rec.error_kind is None:
+        lie = usage_lie(rec)
+        if lie:
+            rec.error_kind, rec.error = "lie", lie
+        elif not rec.done and reads:
+            rec.error_kind, rec.error = "no_done", "the stream ended without its [DONE] marker: cut off"
     if rec.error_kind is None and rec.expected_tokens is not None and rec.output_tokens < rec.expected_tokens:
         rec.error_kind = "short_output"
         rec.error = f"asked for {rec.expected_tokens} tokens, got {rec.output_tokens}"
+    if rec.error:
+        rec.error = redact_text(rec.error)  # a server's error text may quote the request's key
     return rec
+
+
+def usage_lie(rec: RequestRecord) -> str | None:
+    """Why the server's usage or finish_reason cannot be true of this stream, or None. A request failed so is
+    flagged and left out of every figure: a count of 10**9 tokens would otherwise make a rate of 10**12 tok/s."""
+    if rec.completion_tokens is not None:
+        if rec.max_tokens is not None and rec.completion_tokens > rec.max_tokens:
+            return f"usage says {rec.completion_tokens} completion tokens, above the {rec.max_tokens} asked for"
+        if rec.completion_tokens == 0 and rec.text:
+            return f"usage says 0 completion tokens, but {len(rec.token_times_ns)} chunks carried text"
+        # Each chunk with text holds at least one token (one of slack: a server may count the last one apart).
+        if rec.completion_tokens < rec.text_chunks - 1:
+            return (f"usage says {rec.completion_tokens} completion tokens, but {rec.text_chunks} chunks carried "
+                    "text")
+    if rec.cached_tokens is not None and rec.prompt_tokens is not None and rec.cached_tokens > rec.prompt_tokens:
+        return f"usage says {rec.cached_tokens} cached tokens, above the {rec.prompt_tokens} prompt tokens"
+    if rec.finish_reason == "length" and rec.max_tokens is not None and rec.completion_tokens is not None \
+            and rec.completion_tokens < rec.max_tokens:
+        return (f"finish_reason 'length' after {rec.completion_tokens} tokens, below the max_tokens of "
+                f"{rec.max_tokens}")
+    return None
 
 
 def quick_ok(rec: RequestRecord, reads: Reads) -> bool:
@@ -255,7 +361,10 @@ def quick_ok(rec: RequestRecord, reads: Reads) -> bool:
         return False
     if not isinstance(last, dict) or ("error" in last and not last.get("choices")):
         return False
-    done = (last.get("usage") or {}).get("completion_tokens")
+    usage = last.get("usage")
+    done = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if done is not None and not responses.finite(done, 0, rec.max_tokens if rec.max_tokens is not None else 1e7):
+        return False  # out of bounds: the full parse names it
     return rec.expected_tokens is None or done is None or done >= rec.expected_tokens
 
 
@@ -285,18 +394,21 @@ def _parse_events(rec: RequestRecord, events: list[tuple[int, bytes]]) -> None:
     pieces: list[str] = []
     for stamp, data in events:
         if data == b"[DONE]":
+            rec.done = True
             break
         chunk = orjson.loads(data)
+        if not isinstance(chunk, dict):
+            raise _Bad(f"a chunk must be a JSON object, got {responses.quote(data)}")
         if "error" in chunk and not chunk.get("choices"):
-            rec.error_kind, rec.error = "stream_error", json.dumps(chunk["error"])[:500]
+            rec.error_kind, rec.error = "stream_error", json.dumps(chunk["error"], default=str)[:500]
             break
         added = _apply_usage(rec, chunk.get("usage"))
         text = _chunk_text(chunk)
         if text is None:
             continue
-        choice = chunk["choices"][0]
+        choice = _choice(chunk) or {}
         if choice.get("finish_reason"):
-            rec.finish_reason = choice["finish_reason"]
+            rec.finish_reason = _str(choice["finish_reason"], "finish_reason")[:40]
         if not (text or (added is not None and added > 0)):
             if rec.t_role_ns is None and rec.t_first_token_ns is None:
                 rec.t_role_ns = stamp
@@ -306,8 +418,12 @@ def _parse_events(rec: RequestRecord, events: list[tuple[int, bytes]]) -> None:
         rec.t_last_token_ns = stamp
         rec.token_times_ns.append(stamp)
         rec.chunk_tokens.append(added if added is not None else 1)
+        rec.text_chunks += bool(text)
         if "x_sent_ns" in chunk:
-            rec.server_sent_ns.append(int(chunk["x_sent_ns"]))
+            sent = chunk["x_sent_ns"]
+            if not (isinstance(sent, int) and not isinstance(sent, bool) and 0 <= sent < 2 ** 63):
+                raise _Bad(f"'x_sent_ns' must be a clock reading in ns, got {responses.quote(sent)}")
+            rec.server_sent_ns.append(sent)
         pieces.append(text)
     rec.text = "".join(pieces)
 

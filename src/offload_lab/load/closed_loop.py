@@ -168,9 +168,11 @@ def achieved_concurrency(changes: list[tuple[int, int]], window: tuple[int, int]
 
 async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: StopState, log: runs.EventLog,
                     scrape_interval_s: float | None = 1.0, extra: dict[str, Any] | None = None, workers: int = 1,
-                    defer: bool = True, configs: list[ShareConfig] | None = None) -> LevelResult:
+                    defer: bool = True, configs: list[ShareConfig] | None = None,
+                    pin: list[tuple[int, ...]] | None = None) -> LevelResult:
     """Run one level (N streams, or the open-loop ``configs`` given) to its end or to the stop rule; its requests
-    are logged when it ends, in send order. ``scrape_interval_s`` None scrapes /metrics only before and after."""
+    are logged when it ends, in send order. ``scrape_interval_s`` None scrapes /metrics only before and after.
+    ``pin`` (:func:`workers.pin_plan`): the CPUs of each worker process, when there are several."""
     endpoint = Endpoint.of(base_url)
     n = work.streams
     result = LevelResult(streams=n)
@@ -188,7 +190,8 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
         return halt["now"]
 
     if configs is None:
-        configs = [ShareConfig(worker=k, streams=streams, defer=defer, level=n, extra=dict(extra or {}))
+        configs = [ShareConfig(worker=k, streams=streams, defer=defer, level=n, extra=dict(extra or {}),
+                               cpus=pin[k % len(pin)] if pin else None)
                    for k, streams in enumerate(workers_mod.shard(n, max(1, min(workers, n))))]
     started = time.monotonic()
     async with endpoint.async_session(2) as client:
@@ -199,6 +202,13 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
                 shares = [await run_share(endpoint, work, configs[0], report, lambda: halt["now"])]
             else:
                 shares = await workers_mod.run_workers(endpoint, work, configs, report)
+        except BaseException as e:
+            # Interrupted (SIGINT, SIGTERM) or failed mid-level: the requests that finished are measurements too.
+            for event in sorted(getattr(e, "finished_events", []), key=lambda ev: ev["t_sent_ns"]):
+                log.append(event)
+            log.append({"kind": "stop", "level": n, "reason": f"level interrupted ({type(e).__name__}); "
+                        f"{len(getattr(e, 'finished_events', []))} finished request(s) kept"})
+            raise
         finally:
             await scraper.stop(client)
     for sample in scraper.samples:
@@ -218,6 +228,7 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
     worst = max(shares, key=lambda sh: sh.health.get("lag_ms_p99") or 0.0)
     result.lag = {k: worst.health.get(k) for k in ("lag_ms_median", "lag_ms_p99", "lag_ms_max", "lag_samples")}
     result.server = server_metrics.summarize(scraper.samples)
+    result.server["problems"] = list(scraper.problems)
     result.stopped = stop.reason
     result.seconds = time.monotonic() - started
     return result

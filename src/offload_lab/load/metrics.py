@@ -17,7 +17,16 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from offload_lab.load.endpoint import Endpoint
+from offload_lab.load import responses
+from offload_lab.load.endpoint import MAX_METRICS_BYTES, Endpoint
+
+# One scrape must answer within this (vLLM renders /metrics in milliseconds); a /metrics that never answers would
+# otherwise hold the level's end for the whole read deadline.
+SCRAPE_TIMEOUT_S = 10.0
+# Counters that only ever grow: one that goes backwards between two scrapes is a restarted or lying server.
+COUNTERS = ("prefix_cache_hits", "prefix_cache_queries", "spec_decode_accepted", "spec_decode_drafted",
+            "prompt_tokens", "generation_tokens", "preemptions", "prompt_tokens_cached", "external_prefix_cache_hits",
+            "external_prefix_cache_queries")
 
 # Which quantity each pattern finds; the first name that matches in a scrape wins.
 PATTERNS: dict[str, str] = {
@@ -57,6 +66,14 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
+def parse_checked(text: str, url: str) -> dict[str, float]:
+    """:func:`parse`, with text that is not Prometheus exposition a :class:`responses.BadResponse` (exit 3)."""
+    try:
+        return parse(text)
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        raise responses.bad(url, "body", f"Prometheus text exposition ({str(e)[:60]})", text) from None
+
+
 _PATTERNS = {name: re.compile(p) for name, p in PATTERNS.items()}
 _HISTOGRAMS = {name: re.compile(p.rstrip("$")) for name, p in HISTOGRAMS.items()}
 
@@ -83,19 +100,26 @@ class Scraper:
     base_url: str
     interval_s: float = 1.0
     samples: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # scrapes that could not be read, and why
     _raw: list[tuple[str, int, str]] = field(default_factory=list)
     _task: asyncio.Task | None = None
     _stop: asyncio.Event | None = None
 
     async def scrape(self, client: aiohttp.ClientSession, phase: str) -> None:
+        url = self.base_url.rstrip("/") + "/metrics"
         try:
-            async with client.get(self.base_url.rstrip("/") + "/metrics") as r:
+            async with client.get(url, timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
+                                  allow_redirects=False) as r:
                 if r.status != 200:
                     return
-                text = await r.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+                raw = await r.content.read(MAX_METRICS_BYTES + 1)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            self.problems.append(f"{phase}: no answer within {SCRAPE_TIMEOUT_S:g} s ({type(e).__name__})")
             return
-        self._raw.append((phase, time.monotonic_ns(), text))
+        if len(raw) > MAX_METRICS_BYTES:
+            self.problems.append(f"{phase}: more than {MAX_METRICS_BYTES:,} bytes; not read")
+            return
+        self._raw.append((phase, time.monotonic_ns(), raw.decode("utf-8", errors="replace")))
 
     async def _loop(self, client: aiohttp.ClientSession) -> None:
         assert self._stop is not None
@@ -117,9 +141,19 @@ class Scraper:
         if self._stop is not None:
             self._stop.set()
         if self._task is not None:
-            await self._task
+            try:
+                await asyncio.wait_for(self._task, timeout=SCRAPE_TIMEOUT_S + 1)
+            except asyncio.TimeoutError:
+                self.problems.append("during: a scrape did not end; cancelled")
         await self.scrape(client, "after")
-        self.samples = [{"phase": phase, "t_ns": t, **pick(parse(text))} for phase, t, text in self._raw]
+        url = self.base_url.rstrip("/") + "/metrics"
+        self.samples = []
+        for phase, t, text in self._raw:
+            try:
+                self.samples.append({"phase": phase, "t_ns": t, **pick(parse_checked(text, url))})
+            except responses.BadResponse as e:
+                # The server's own view is a side figure: the run keeps its requests, the reason is recorded.
+                self.problems.append(f"{phase}: {e}")
 
 
 def _delta(samples: list[dict[str, Any]], key: str) -> float | None:
@@ -132,8 +166,24 @@ def _max(samples: list[dict[str, Any]], key: str) -> float | None:
     return max(values) if values else None
 
 
+def counters_backwards(samples: list[dict[str, Any]]) -> list[str]:
+    """Counters that went down between two scrapes: their differences over the run mean nothing."""
+    out = []
+    for key in (*COUNTERS, *(f"{h}_{s}" for h in HISTOGRAMS for s in ("sum", "count"))):
+        values = [s[key] for s in samples if s.get(key) is not None]
+        drops = [(a, b) for a, b in zip(values, values[1:]) if b < a]
+        if drops:
+            out.append(f"{key} went from {drops[0][0]:g} down to {drops[0][1]:g}")
+    return out
+
+
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the server saw over a run: maxima of gauges, differences of counters and histogram means."""
+    """What the server saw over a run: maxima of gauges, differences of counters and histogram means. Counters that
+    went backwards (a restarted or lying server) are named under ``flags`` and their differences left out."""
+    backwards = counters_backwards(samples)
+    if backwards:
+        bad_keys = {b.split(" ", 1)[0] for b in backwards}
+        samples = [{k: (None if k in bad_keys else v) for k, v in s.items()} for s in samples]
     hits, queries = _delta(samples, "prefix_cache_hits"), _delta(samples, "prefix_cache_queries")
     accepted, drafted = _delta(samples, "spec_decode_accepted"), _delta(samples, "spec_decode_drafted")
     out: dict[str, Any] = {
@@ -149,6 +199,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "prompt_tokens_cached": _delta(samples, "prompt_tokens_cached"),
         "external_prefix_cache_hits": _delta(samples, "external_prefix_cache_hits"),
         "preemptions": _delta(samples, "preemptions"),
+        "flags": backwards,
     }
     for name in HISTOGRAMS:
         total, count = _delta(samples, f"{name}_sum"), _delta(samples, f"{name}_count")
@@ -160,15 +211,16 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def cache_config(base_url: "str | Endpoint", timeout_s: float = 10.0) -> dict[str, str]:
     """The labels of vLLM's ``cache_config_info`` gauge (block size, number of KV blocks...); {} if absent (a
     server without /metrics, or one whose /metrics is not Prometheus text)."""
-    text = Endpoint.of(base_url).metrics_text(timeout_s)
+    endpoint = Endpoint.of(base_url)
+    text = endpoint.metrics_text(timeout_s)
     if not text:
         return {}
     try:
         for family in text_string_to_metric_families(text):
             if family.name.endswith("cache_config_info"):
                 for s in family.samples:
-                    return dict(s.labels)
-    except ValueError:
+                    return {str(k)[:100]: str(v)[:100] for k, v in s.labels.items()}
+    except (ValueError, TypeError, IndexError, KeyError):
         return {}
     return {}
 
@@ -176,4 +228,7 @@ def cache_config(base_url: "str | Endpoint", timeout_s: float = 10.0) -> dict[st
 def block_size(base_url: "str | Endpoint", default: int = 16) -> int:
     """The server's KV block size: prefix-cache hits come in whole blocks (128 on vLLM's CPU backend)."""
     value = cache_config(base_url).get("block_size")
-    return int(value) if value and value.isdigit() else default
+    # isascii: "²".isdigit() is True and int("²") fails; a block of more than 2**20 tokens is no KV block.
+    if value and value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20:
+        return int(value)
+    return default

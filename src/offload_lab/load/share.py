@@ -17,6 +17,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,12 +74,23 @@ class LagMonitor:
 def _usage() -> dict[str, float]:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return {"cpu_s": time.process_time(), "wall_s": time.monotonic(), "utime_s": r.ru_utime, "stime_s": r.ru_stime,
-            "nvcsw": r.ru_nvcsw, "nivcsw": r.ru_nivcsw}
+            "nvcsw": r.ru_nvcsw, "nivcsw": r.ru_nivcsw, **schedstat()}
+
+
+def schedstat(pid: int | str = "self") -> dict[str, float]:
+    """Seconds on a CPU and seconds runnable but waiting for one (the run queue), from /proc/PID/schedstat (Linux
+    with schedstats; empty elsewhere). Run-queue wait is the machine's share of a late token: the process was ready
+    and no core was free."""
+    try:
+        on_cpu, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return {}
+    return {"oncpu_s": int(on_cpu) / 1e9, "runq_wait_s": int(waiting) / 1e9}
 
 
 def usage_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
     """This process's CPU over the share: seconds, share of one core, context switches."""
-    d = {k: after[k] - before[k] for k in before}
+    d = {k: after[k] - before[k] for k in before if k in after}
     d["cpu_util"] = d["cpu_s"] / d["wall_s"] if d["wall_s"] > 0 else None
     return d
 
@@ -94,6 +106,7 @@ class ShareConfig:
     defer: bool = True
     level: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    cpus: tuple[int, ...] | None = None  # worker processes: the CPUs this share's process is pinned to
 
 
 @dataclass
@@ -126,6 +139,14 @@ def request_event(spec: RequestSpec, rec: load.RequestRecord, cfg: ShareConfig, 
         "worker": cfg.worker, "cache_ok": cache_verdict(spec, rec), "expect_cached_min": spec.expect_cached_min,
         "expected_prompt_tokens": spec.prompt_tokens, "burst": is_burst(rec), **more,
     })
+
+
+def _finish_pending(pending: list[Any], result: ShareResult, cfg: ShareConfig) -> None:
+    for spec, rec, reads, stream, turn, more in pending:
+        load.finish_record(rec, reads)
+        result.quick_mismatches += more["quick_ok"] != rec.ok
+        result.events.append(request_event(spec, rec, cfg, stream, turn, **more))
+    pending.clear()
 
 
 Report = Callable[[bool], bool]  # the stop rule: given an outcome, True when the level must halt
@@ -201,20 +222,21 @@ async def run_share(endpoint: Endpoint, work: PreparedWorkload, cfg: ShareConfig
                     await sleep_until(t0 + offset_ns)
                     tasks.append(asyncio.create_task(open_request(i, t0 + offset_ns, sem)))
             await asyncio.gather(*tasks)
-        except BaseException:
-            # One stream failed outright: stop the others before the client closes under them.
+        except BaseException as e:
+            # One stream failed outright, or the level was interrupted (SIGINT/SIGTERM cancel the loop's tasks):
+            # stop the others before the client closes under them, and hand the requests that did finish to the
+            # caller on the exception, so they are written, not lost.
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            _finish_pending(pending, result, cfg)
+            e.finished_events = list(result.events)  # type: ignore[attr-defined]
             raise
         finally:
             after = _usage()
             gc.enable()
             await lag.stop()
-    for spec, rec, reads, stream, turn, more in pending:
-        load.finish_record(rec, reads)
-        result.quick_mismatches += more["quick_ok"] != rec.ok
-        result.events.append(request_event(spec, rec, cfg, stream, turn, **more))
+    _finish_pending(pending, result, cfg)
     result.health = {"worker": cfg.worker, "streams": len(cfg.streams) if cfg.schedule is None else len(cfg.schedule),
                      "defer": defer, **usage_delta(before, after), **lag.summary()}
     return result

@@ -27,8 +27,8 @@ from offload_lab.load import client as load
 from offload_lab.load import closed_loop, health, workers, workloads
 from offload_lab.load.bar import BAR_TOK_S, MARGIN, Bar, Margin, bar_of
 from offload_lab.load.endpoint import Endpoint
+from offload_lab.core.runs import EVENTS
 
-EVENTS = "events.jsonl"
 LEVELS = "levels.csv"
 SWEEP = "sweep.json"
 REGIMES_TABLE = "regimes.csv"
@@ -67,6 +67,8 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
     when given: one per regime). Raises :class:`SweepStopped` (after writing) when the stop rule ended it."""
     endpoint = Endpoint.of(base_url)
     endpoint.check_reachable()
+    if model:
+        endpoint.check_model(model)  # a list without it: not the server the campaign meant
     model = model or endpoint.first_model()
     run.update(server_model=model)
     stop = closed_loop.StopState(params.stop_rule)
@@ -86,6 +88,9 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
                 # The server went away between levels: stop here, keep what the earlier levels measured.
                 stop.reason = f"preparing {n} stream(s) failed, the server is gone or broken ({type(e).__name__}: {e})"
                 log.append({"kind": "stop", "level": n, "reason": stop.reason})
+                if levels_done.done == 0:
+                    # Nothing measured at all: the server's fault, said as such (exit 3), the run kept and failed.
+                    raise ServerError(f"{e}; nothing was measured (the run is kept in {run.path})") from None
                 break
             for p in work.primed:
                 log.append({"kind": "prime", "level": n, **p})
@@ -172,8 +177,34 @@ def summarize(events: list[dict[str, Any]], bar_tok_s: float = BAR_TOK_S) -> pd.
             "tpot_mean_ms_all": _mean([e["tpot_ms"] for e in reqs if e.get("ok")]),
             "server_tpot_mean_ms": _scale(lv.get("server_tpot_mean_s"), 1e3),
             "server_itl_mean_ms": _scale(lv.get("server_itl_mean_s"), 1e3),
+            # Means beside the medians (the window's good requests), and what the level delivered in all.
+            "tok_s_mean": tok["mean"], "tpot_mean_ms": tpot["mean"], "ttft_mean_s": ttft["mean"],
+            **level_throughput(reqs, window),
         })
     return pd.DataFrame(rows)
+
+
+def level_throughput(requests: list[dict[str, Any]], window: list[int] | None) -> dict[str, float | None]:
+    """What a level delivered in all over its steady-state window, as `vllm bench serve` reports a run:
+    ``output_tok_s_total``, the output tokens of good requests whose arrival time falls inside the window per second
+    (token-weighted, counted per chunk, so requests straddling the window count for their part inside), and
+    ``requests_per_s``, good requests that finished inside it per second. Aggregate throughput says how much the
+    server does, not whether one stream is usable: the bar is per stream."""
+    if not window or window[1] <= window[0]:
+        return {"window_s": None, "output_tok_s_total": None, "requests_per_s": None}
+    w0, w1 = window
+    seconds = (w1 - w0) / 1e9
+    tokens = 0
+    done = 0
+    for e in requests:
+        if not e.get("ok"):
+            continue
+        times = e.get("token_times_ns") or []
+        counts = e.get("chunk_tokens") or [1] * len(times)
+        tokens += sum(c for t, c in zip(times, counts) if w0 <= t <= w1)
+        end = e.get("t_last_token_ns")
+        done += bool(end and w0 <= end <= w1)
+    return {"window_s": seconds, "output_tok_s_total": tokens / seconds, "requests_per_s": done / seconds}
 
 
 def _calibration(inline: bool = False) -> health.Calibration | None:

@@ -66,8 +66,20 @@ def _context() -> mp.context.BaseContext:
         return mp.get_context("spawn")
 
 
+def pin_plan(workers: int, reserved: set[int] | frozenset[int] = frozenset()) -> list[tuple[int, ...]] | None:
+    """A CPU of its own for each of ``workers`` processes, from the CPUs this process may use less ``reserved`` (the
+    token source's or server's), when there are enough of them; else None (the scheduler places them). A worker that
+    shares its core waits in the run queue while a token arrives: that wait is the tail of the clock check."""
+    free = sorted(os.sched_getaffinity(0) - set(reserved)) if hasattr(os, "sched_getaffinity") else []
+    if workers < 1 or len(free) < workers:
+        return None
+    return [(cpu,) for cpu in free[:workers]]
+
+
 def _worker_main(base_url: str, work: PreparedWorkload, cfg: ShareConfig, outcomes: Any, halt: Any, ready: Any,
                  go: Any, start_at: Any, out: str) -> None:
+    if cfg.cpus:
+        os.sched_setaffinity(0, set(cfg.cpus))
     endpoint = Endpoint(base_url)
 
     def report(ok: bool) -> bool:
@@ -82,6 +94,7 @@ def _worker_main(base_url: str, work: PreparedWorkload, cfg: ShareConfig, outcom
     result = load.run_loop(main())
     result.health["loop"] = loop_kind()
     result.health["pid"] = os.getpid()
+    result.health["cpus"] = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     Path(out).write_bytes(orjson.dumps({"events": result.events, "inflight": result.inflight,
                                         "health": result.health, "quick_mismatches": result.quick_mismatches}))
 

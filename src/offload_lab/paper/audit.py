@@ -41,12 +41,17 @@ _CROSSREFS = re.compile(r"\b(?:Figure|Fig\.|Table|Section|Appendix|Equation|Eq\.
 # A cross-reference the PDF's line breaking split: "(Table" ends one line and "3, Figure 10)" starts the next.
 _CROSSREF_WORD_AT_END = re.compile(r"\b(?:Figure|Fig\.|Table|Section|Appendix|Equation|Eq\.)\s*$")
 _NUMBER_AT_START = re.compile(r"^\s*\d+(?:\.\d+)*")
+# A citation the PDF's line breaking split after its authors: "(Cobbe et al." ends one line, "2021)" starts the next.
+_CITATION_AT_END = re.compile(r"(?:\bet\s+al\.|\([A-Z][\w'’\-]+(?:\s+and\s+[A-Z][\w'’\-]+)?),?\s*$")
+_YEAR_AT_START = re.compile(r"^\s*(?:19|20)\d{2}[a-z]?(?=[);,])")
 _CITATIONS = [
     # author-date citations: "Kwon et al. 2023", "(Kwon and Li 2023a)"
     re.compile(r"[A-Z][\w'’\-]+(?:\s+et\s+al\.|\s+and\s+[A-Z][\w'’\-]+)?,?\s+\(?(?:19|20)\d{2}[a-z]?\b"),
     re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]"),  # numeric citations
     # the same citation when the PDF's line breaks between the name and "et al.": "et al. 2023)"
     re.compile(r"(?:^|\s)et\s+al\.,?\s+(?:19|20)\d{2}[a-z]?\)"),
+    # ... or between "et" and "al.": "(Zhou et" | "al. 2023) and HumanEval" (issue 30, seen in Quarto's PDF)
+    re.compile(r"^\s*al\.,?\s+(?:19|20)\d{2}[a-z]?\)"),
 ]
 
 
@@ -140,6 +145,8 @@ def audit_pdf(pdf: Path, places: Places, findings: list[Finding]) -> None:
         masked = _blank(text, [_CROSSREFS, *_CITATIONS])
         if i and _CROSSREF_WORD_AT_END.search(lines[i - 1][1]):
             masked = _blank(masked, [_NUMBER_AT_START])
+        if i and _CITATION_AT_END.search(lines[i - 1][1]):  # "(Cobbe et al." | "2021), IFEval ..."
+            masked = _blank(masked, [_YEAR_AT_START])
         for m in NUMBER_RE.finditer(masked):
             token = number_token(m.group(0))
             if budget.get(token, 0) > 0:
@@ -286,6 +293,21 @@ def _segment_lines(segments: list[tuple[str, str | None]]) -> list[list[tuple[st
     return [ln for ln in lines if "".join(t for t, _ in ln).strip()]
 
 
+def _mask_citations(segs: list[tuple[str, str | None]]) -> str:
+    """The line's text with citations blanked, each over the whole of its citation element: citeproc may split one
+    ("(<span class=nocase>Chen et al.</span> 2021)"), and its year alone would not read as a citation."""
+    out, run = [], []
+    for t, ctx in [*segs, ("", None)]:
+        if ctx == CITE:
+            run.append(t)
+            continue
+        if run:
+            out.append(_blank("".join(run), _CITATIONS))
+            run = []
+        out.append(t)
+    return "".join(out)
+
+
 def _audit_segments(name: str, lines: list[list[tuple[str, str | None]]], tokens: dict[str, set[str]],
                     findings: list[Finding]) -> None:
     for i, segs in enumerate(lines, 1):
@@ -293,7 +315,7 @@ def _audit_segments(name: str, lines: list[list[tuple[str, str | None]]], tokens
         where, shown = f"{name} line {i}", text.strip()[:100]
         findings += [Finding(where, m, shown) for m in MARKERS if m in text]
         # Citations pass only inside a citation; "Figure N" anywhere (the captions' and cross-references' labels).
-        masked = "".join(_blank(t, _CITATIONS) if ctx == CITE else t for t, ctx in segs)
+        masked = _mask_citations(segs)
         masked = _blank(masked, [_CROSSREFS])
         starts, pos = [], 0
         for t, ctx in segs:
@@ -350,6 +372,21 @@ def audit_html(page: Path, claims: ClaimSet, places: Places, findings: list[Find
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def body_findings(pdf: Path | str | None, html: Path | str | None, claims: ClaimSet, places: Places) -> list[Finding]:
+    """A paper, not a listing: no empty section, no build machine's path or run id in the body, no percentile its
+    samples do not support (offload_lab.paper.audit_body)."""
+    from offload_lab.paper import audit_body
+
+    found = audit_body.percentile_findings(claims)
+    if html is not None and Path(html).is_file():
+        found += audit_body.html_body_findings(Path(html), places.skipped_ids())
+    if pdf is not None and Path(pdf).is_file():
+        lines = pdf_lines(Path(pdf))
+        found += audit_body.pdf_body_findings(lines[: tail_start(lines, places)])
+    return found
+
+
+
 def _rendered_outputs(repo: Path) -> tuple[Path | None, Path | None]:
     from offload_lab.paper.quarto import article, manuscript_outputs
 
@@ -395,5 +432,6 @@ def audit(
             raise AuditError(f"{path}: the rendered paper is missing")
         check(Path(path))
         report.checked.append(str(path))
+    report.findings += body_findings(pdf, html, claims, places)
     report.raise_if_failed()
     return report

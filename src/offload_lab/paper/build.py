@@ -4,8 +4,8 @@
 
 * **Quarto**, when ``quarto`` is on PATH: ``quarto render`` runs :func:`prepare` as its pre-render hook
   (``offload-lab paper prepare``) and :func:`audit` as its post-render hook (``offload-lab paper audit``); the
-  ``_extensions/claim`` extension supplies the ``claim`` shortcode and the ``sections`` filter.
-* **pandoc + Typst** from PyPI otherwise (CI, and every machine this was written on): the same qmd, the same
+  ``_extensions/claim`` extension supplies the ``claim`` shortcode and the ``sections`` and ``figures`` filters.
+* **pandoc + Typst** from PyPI otherwise (machines without Quarto): the same qmd, the same
   ``sections.lua`` filter, claims substituted here, figure cross-references numbered here, then pandoc → Typst →
   PDF with the ``typst`` package and pandoc → one self-contained HTML file.
 
@@ -13,7 +13,9 @@ What the qmd may use, so that both paths agree: YAML front matter, headings, par
 ``![caption](_generated/figures/NAME.svg){#fig-x}``, table divs ``::: {#tbl-x}`` (a table claim, then its caption),
 cross-references ``@fig-x`` and ``@tbl-x``, citations ``[@key]``, fenced divs ``.requires`` / ``.choose`` /
 ``.only-campaign`` / ``.when`` (also a ``.when`` span) / ``.callout-warning`` / ``.callout-note``, and the shortcodes
-``claim``, ``include`` and ``pagebreak``. Anything else is refused by the fallback rather than rendered differently.
+``claim``, ``include`` and ``pagebreak``, and the ``.generated`` div for files prepare writes (an include of those
+fails under Quarto, which expands includes before its pre-render hook runs). Anything else is refused by the
+fallback rather than rendered differently; what Quarto's own parser refuses, ``lint.quarto_findings`` refuses first.
 docs/paper.md describes the sources, the claims, the blocks, the provenance and the audit.
 
 The modules: ``source`` (read and expand the qmd), ``lint`` (numbers typed into it), ``pandoc_ast`` (the AST, its
@@ -26,6 +28,9 @@ without Quarto: docs/paper.md, "quarto render".
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import inspect
 import json
 import shutil
 import time
@@ -39,7 +44,7 @@ from offload_lab.paper.audit import PLACES, AuditReport, audit
 from offload_lab.paper.bundle import make_bundle
 from offload_lab.paper.claims import ClaimSet, default_data_root, resolve_claims
 from offload_lab.paper.figures import FigureRecord, draw_figures
-from offload_lab.paper.lint import check_source, lint_source
+from offload_lab.paper.lint import check_quarto_rules, check_source, lint_source
 from offload_lab.paper.lock import LOCK, check_frozen, locked_files, locked_runs, run_changes, write_lock
 from offload_lab.paper.pandoc_ast import (
     RenderError,
@@ -54,8 +59,9 @@ from offload_lab.paper import sections
 from offload_lab.paper import discovery
 from offload_lab.paper.provenance import provenance_markdown
 from offload_lab.paper.setup import check_setups
+from offload_lab.paper.quarto import article as quarto_article
 from offload_lab.paper.quarto import render_quarto
-from offload_lab.paper.render import render_fallback
+from offload_lab.paper.render import FIGURE_LINKS, figure_links, render_fallback
 from offload_lab.paper.xref import Label, check_references, defined_labels, numbered_sections
 from offload_lab.paper.qmd import (
     GENERATED,
@@ -70,9 +76,11 @@ from offload_lab.paper.qmd import (
     read_qmd,
 )
 
+XREF = "xref.json"  # under _generated/: section titles and numbering, for the Quarto extension's sections.lua
+
 # What the CLI and the tests reach through this module.
-__all__ = ["check_sources", "hook_skipped", "AuditReport", "BuildResult", "GENERATED", "Prepared", "RenderError", "audit", "build_paper",
-           "lint_source", "paper_sources", "prepare"]
+__all__ = ["check_quarto_sources", "check_sources", "hook_skipped", "AuditReport", "BuildResult", "GENERATED",
+           "Prepared", "RenderError", "audit", "build_paper", "lint_source", "paper_sources", "prepare"]
 
 
 @dataclass
@@ -107,6 +115,7 @@ class BuildResult:
     lock: Path | None = None  # paper.lock.json: the sha256 of every file the paper read
     bundle: Path | None = None  # the folder holding the HTML and every file it links to
     fallbacks: list[str] = field(default_factory=list)  # cited runs gone or replaced since the lock (lock.run_changes)
+    supplement: "BuildResult | None" = None  # the paper's evidence, a second document (paper.supplement)
 
     def summary(self) -> str:
         """One line: pages, figures and claims of this build."""
@@ -119,7 +128,9 @@ class BuildResult:
     def outputs(self) -> dict[str, Path]:
         """What a person opens, by label (for the CLI to print)."""
         files = {"pdf": self.pdf, "html": self.html, "claims": self.claims_json, "typst source": self.typ,
-                 "data lock": self.lock, "bundle": self.bundle}
+                 "data lock": self.lock, "bundle": self.bundle,
+                 "supplement pdf": self.supplement.pdf if self.supplement else None,
+                 "supplement html": self.supplement.html if self.supplement else None}
         return {k: v for k, v in files.items() if v is not None}
 
 
@@ -170,6 +181,7 @@ def prepare(
     write_sections(repo, gen, claims)
     figures = draw_figures(campaign, data, gen / "figures", repo)
     runs.atomic_write_text(gen / "provenance.md", provenance_markdown(claims, figures))
+    runs.atomic_write_json(gen / FIGURE_LINKS, figure_links(figures, repo))
 
     front = _front_matter(read_qmd(qmd_path), claims_json, repo)
     ast = markdown_to_ast(front + expand(qmd_path, claims, gen), repo)
@@ -181,9 +193,14 @@ def prepare(
     runs.atomic_write_text(gen / "provenance.md", shown)
     ast = markdown_to_ast(front + expand(qmd_path, claims, gen), repo)
     runs.atomic_write_json(gen / PLACES, paper_places(ast))
-    for p in [claims_json, gen / "provenance.md", gen / PLACES, *(gen / "figures").glob("*.json")]:
+    for p in [claims_json, gen / "provenance.md", gen / PLACES, gen / FIGURE_LINKS,
+              *(gen / "figures").glob("*.json")]:
         p.chmod(0o644)  # atomic writes create 0600 files; these are published next to the paper
     numbered = numbered_sections(read_qmd(qmd_path).meta, quarto_config(repo))
+    # For the Quarto path's sections.lua, which prints @sec-x as the pandoc build does (render.py resolve_crossrefs).
+    runs.atomic_write_json(gen / XREF, {"numbered": numbered, "sections": {
+        k: v.title or k for k, v in labels.items() if k.startswith("sec-")}})
+    (gen / XREF).chmod(0o644)
     return Prepared(claims, figures, gen, claims_json, ast, qmd_path, labels, numbered)
 
 
@@ -199,19 +216,29 @@ def write_sections(repo_root: Path, gen: Path, claims: ClaimSet) -> Path:
     return out
 
 
+def check_quarto_sources(repo_root: Path | str) -> None:
+    """Only the lines of the paper's sources that Quarto would refuse or misread (InputError, file:line): cheap and
+    independent of any data, for ``campaign check``."""
+    repo = Path(repo_root)
+    check_quarto_rules(sorted({repo / QMD, *paper_sources(repo)}), repo / quarto_article(repo))
+
+
 def check_sources(repo_root: Path | str, qmd: Path | str | None = None) -> dict[str, Label]:
-    """The source lint, before any claim is computed or notebook run: cross-references to a label no source
-    defines (InputError, file:line), numbers typed into the prose (AuditError). Returns the labels the sources
-    define. ``qmd``: a paper other than ``paper/paper.qmd``, whose labels are read from the qmd files beside it."""
+    """The source lint, before any claim is computed or notebook run: lines Quarto would refuse or misread
+    (InputError, file:line; lint.quarto_findings), cross-references to a label no source defines (InputError,
+    file:line), numbers typed into the prose (AuditError). Returns the labels the sources define. ``qmd``: a paper
+    other than ``paper/paper.qmd``, whose labels are read from the qmd files beside it."""
     repo = Path(repo_root)
     if qmd is None:
         sources = sorted({repo / QMD, *paper_sources(repo)})
+        check_quarto_rules(sources, repo / quarto_article(repo))
         check_references(sources)
         check_source(sources)
         return defined_labels(sources)
     qmd_path = Path(qmd)
     beside = sorted({qmd_path, *qmd_path.parent.rglob("*.qmd"), *(p for _, p in discovery.section_files())}
                     - set(qmd_path.parent.rglob(f"{GENERATED}/**/*.qmd")))
+    check_quarto_rules(beside, qmd_path)
     check_references(beside)
     check_source([qmd_path])
     return defined_labels(beside)
@@ -219,7 +246,7 @@ def check_sources(repo_root: Path | str, qmd: Path | str | None = None) -> dict[
 
 
 
-def build_paper(
+def _build_paper(
     campaign: str,
     data_root: Path | str,
     out_dir: Path | str | None = None,
@@ -270,10 +297,21 @@ def build_paper(
         shutil.copy2(out / GENERATED / name, out / name)
     report = audit(out / "claims.json", pdf=files.get("pdf"), html=files.get("html"), repo_root=repo, lint=False)
     write_lock(out / LOCK, campaign, locked, locked_runs(prep.claims))
+    # The listings behind the paper, rendered beside it (the paper's own build only: qmd None); it reports its own
+    # time, the paper's is the paper's alone.
+    from offload_lab.paper.supplement import build_supplement
+
+    seconds = time.monotonic() - t0
+
+    supplement = build_supplement(prep.generated_dir, campaign, data_root, out, repo, tuple(formats)) \
+        if qmd is None else None
     bundled = None
     if bundle is not None:
         extra = [p for p in (files.get("pdf"), out / "claims.json", out / LOCK) if p is not None]
         bundled = make_bundle(files["html"], Path(bundle), extra).parent
+        from offload_lab.paper.supplement import bundle_supplement
+
+        bundle_supplement(supplement, Path(bundle))
     pages = None
     if files.get("pdf"):
         from pypdf import PdfReader
@@ -285,7 +323,7 @@ def build_paper(
         claims_json=out / "claims.json",
         figures=prep.figures,
         renderer=renderer,
-        seconds=time.monotonic() - t0,
+        seconds=seconds,
         audit=report,
         typ=files.get("typ"),
         shown_figures=[Path(src).stem for src in figure_images(prep.ast)],
@@ -294,7 +332,27 @@ def build_paper(
         lock=out / LOCK,
         bundle=bundled,
         fallbacks=fallbacks,
+        supplement=supplement,
     )
+
+
+RENDER_LOCK = ".render.lock"  # in paper/_generated: Quarto builds of one checkout take turns on it
+
+
+@functools.wraps(_build_paper)
+def build_paper(*args: Any, **kwargs: Any) -> BuildResult:
+    bound = inspect.signature(_build_paper).bind(*args, **kwargs)
+    use_quarto, repo_root = bound.arguments.get("use_quarto"), bound.arguments.get("repo_root")
+    if not (shutil.which("quarto") is not None if use_quarto is None else use_quarto):
+        return _build_paper(*args, **kwargs)
+    # Quarto renders inside the checkout (paper/_generated, .quarto/, its output dir): two builds of one checkout at
+    # once (two shells, parallel tests) would overwrite each other's files, so they take turns.
+    repo = (Path(repo_root) if repo_root is not None else default_repo_root()).resolve()
+    lock_dir = repo / QMD.parent / GENERATED
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / RENDER_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return _build_paper(*args, **kwargs)
 
 
 

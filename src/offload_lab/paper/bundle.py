@@ -9,6 +9,8 @@ outside a run, such as a notebook template), and rewrites each link to point the
 from __future__ import annotations
 
 import html as html_lib
+import json
+import os
 import re
 import shutil
 import urllib.parse
@@ -17,6 +19,9 @@ from pathlib import Path
 from offload_lab.core.errors import InputError
 from offload_lab.paper.figures import _run_dir_of
 
+# Written into every bundle, listing the files it wrote: only a folder holding it is a previous bundle, and only the
+# files it lists are ever removed (a folder that holds the user's own paper.html or data/ is never touched).
+MARKER = ".offload-lab-bundle.json"
 _HREF = re.compile(r"""(<a\b[^>]*?\bhref=)(["'])(.*?)\2""", re.IGNORECASE | re.DOTALL)
 
 
@@ -53,14 +58,25 @@ def linked_files(page: Path) -> list[Path]:
 def make_bundle(page: Path, dest: Path, extra: list[Path] | None = None) -> Path:
     """Write the bundle into ``dest`` (made, or emptied of a previous bundle); returns the bundle's page."""
     page, dest = Path(page).resolve(), Path(dest).resolve()
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"--bundle {dest}: a file, not a folder; choose a folder")
+    previous = _previous_files(dest)
+    if previous is None:
+        raise InputError(f"--bundle {dest}: a folder that is not empty and was not written by `paper build "
+                         "--bundle` (no bundle marker); its files are not ours to replace: choose a new or empty "
+                         "folder")
     targets = linked_files(page)
     missing = [t for t in targets if not t.is_file()]
     if missing:
         raise InputError(f"{page}: {len(missing)} link(s) point to no file, e.g. {missing[0]}; build the paper again")
-    if dest.exists() and not (dest / "paper.html").is_file() and any(dest.iterdir()):
-        raise InputError(f"--bundle {dest}: a folder that is not empty and holds no earlier bundle; choose another")
-    if (dest / "data").is_dir():
-        shutil.rmtree(dest / "data")
+    for rel in previous:
+        p = dest / rel
+        if p.is_file() and not p.is_symlink() and dest in p.resolve().parents:
+            p.unlink()
+    for d in sorted({(dest / rel).parent for rel in previous}, key=lambda d: len(d.parts), reverse=True):
+        while d != dest and d.is_dir() and dest in d.parents and not any(d.iterdir()):
+            d.rmdir()
+            d = d.parent
     dest.mkdir(parents=True, exist_ok=True)
     where = {t: _bundle_path(t) for t in targets}
     if len(set(where.values())) != len(where):
@@ -76,8 +92,29 @@ def make_bundle(page: Path, dest: Path, extra: list[Path] | None = None) -> Path
         return f"{m.group(1)}{m.group(2)}{urllib.parse.quote(rel.as_posix())}{m.group(2)}"
 
     out = dest / "paper.html"
+    written = [rel.as_posix() for rel in where.values()] + ["paper.html"]
+    (dest / MARKER).write_text(json.dumps({"files": written}), encoding="utf-8")  # before: a crash leaves it right
     out.write_text(_HREF.sub(rewrite, page.read_text(encoding="utf-8")), encoding="utf-8")
     for f in extra or []:
         if Path(f).is_file():
             shutil.copy2(f, dest / Path(f).name)
+            written.append(Path(f).name)
+    (dest / MARKER).write_text(json.dumps({"files": written}), encoding="utf-8")
     return out
+
+
+def _previous_files(dest: Path) -> list[str] | None:
+    """The files a previous bundle in ``dest`` wrote ([] for a new or empty folder); None when ``dest`` holds files
+    that no bundle of ours wrote."""
+    if not dest.exists() or not any(dest.iterdir()):
+        return []
+    marker = dest / MARKER
+    if not marker.is_file() or marker.is_symlink():
+        return None
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return [f for f in files if not os.path.isabs(f) and ".." not in Path(f).parts]

@@ -70,6 +70,8 @@ class RunInfo:
     ended_at: str | None
     notebook_output: str | None = None  # the executed notebook that wrote the data, kept in the run directory
     outcome: str | None = None
+    by_hand: bool = False  # made outside the campaign's sessions and read because the user asked (paper.selection)
+    server: str | None = None  # a hand run's server, as its manifest records it (redacted)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class ResolvedClaim:
     notebook_output: str | None = None
     kind: str = "inline"
     runs: int = 1  # runs read (more than one for scope "all")
+    by_hand: bool = False  # read from a run made by hand (paper.selection): the paper marks it where printed
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -128,8 +131,10 @@ class ClaimSet:
     runs: dict[str, RunInfo]
     absent: list[str]
     claims: dict[str, ResolvedClaim]
-    # runs passed over because their parameters are not the campaign file's (paper.selection)
+    # runs passed over because their parameters are not the campaign file's, or made by hand (paper.selection)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    # experiment -> the hand run the paper reads because the user asked for it (paper.selection.hand_facts)
+    hand_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> ResolvedClaim:
         return self.claims[name]
@@ -149,6 +154,7 @@ class ClaimSet:
             "runs": {k: asdict(v) for k, v in sorted(self.runs.items())},
             "absent": sorted(self.absent),
             "skipped": self.skipped,
+            "hand_runs": self.hand_runs,
             "claims": {k: v.to_dict() for k, v in sorted(self.claims.items())},
         }
 
@@ -171,6 +177,7 @@ class ClaimSet:
             runs={k: RunInfo(**v) for k, v in d["runs"].items()},
             absent=list(d.get("absent") or []),
             skipped=list(d.get("skipped") or []),
+            hand_runs=dict(d.get("hand_runs") or {}),
             claims=claims,
         )
 
@@ -255,13 +262,15 @@ def campaign_kind(campaign: str, repo_root: Path | None = None) -> str:
     return "embedded" if campaign == "embedded" or campaign.startswith("embedded-") else "real"
 
 
-def run_info(run_dir: Path, repo_root: Path | None) -> RunInfo:
+def run_info(run_dir: Path, repo_root: Path | None, hand: dict[str, Any] | None = None) -> RunInfo:
     m = runs.load_manifest(run_dir)
     notebook = m.get("notebook")
     if isinstance(notebook, dict):  # a producer may record {"path": ..., "sha256": ...}
         notebook = notebook.get("path") or notebook.get("output")
     output = m.get("notebook", {}).get("output") if isinstance(m.get("notebook"), dict) else None
     out_path = Path(run_dir) / (output or "notebook.ipynb")
+    if hand and hand.get("notebook_output"):  # a hand run links its own executed notebook, never the template
+        out_path = Path(hand["notebook_output"])
     return RunInfo(
         experiment=m.get("experiment", Path(run_dir).parent.name),
         run_id=m.get("run_id", Path(run_dir).name),
@@ -270,6 +279,8 @@ def run_info(run_dir: Path, repo_root: Path | None) -> RunInfo:
         ended_at=m.get("ended_at"),
         notebook_output=display_path(out_path, repo_root) if out_path.is_file() else None,
         outcome=m.get("outcome"),
+        by_hand=bool(hand),
+        server=(hand or {}).get("server"),
     )
 
 
@@ -299,10 +310,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def finished_runs(data_root: Path, campaign: str, experiment: str) -> list[Path]:
-    """Every run of an experiment that has ended (ok, failed or stopped), oldest first."""
-    return [r for r in runs.iter_runs(data_root, campaign, experiment)
-            if runs.load_manifest(r).get("outcome") not in (None, "running")]
+def finished_runs(data_root: Path, campaign: str, experiment: str,
+                  repo_root: Path | None = None) -> list[Path]:
+    """Every run of an experiment that has ended (ok, failed or stopped), oldest first: of the campaign's sessions,
+    and the hand runs the user asked for (paper.selection)."""
+    admission = selection.Admission(Path(data_root), campaign, Path(repo_root) if repo_root else paths.find_root())
+    found = []
+    for r in runs.iter_runs(data_root, campaign, experiment):
+        m = runs.load_manifest(r)
+        if m.get("outcome") not in (None, "running") and admission.admits(r, m):
+            found.append(r)
+    return found
 
 
 @dataclass
@@ -330,7 +348,7 @@ def bind(
     hashes = hashes or HashCache()
     if scope == "all":
         assert data_root is not None and campaign is not None
-        found = finished_runs(data_root, campaign, experiment)
+        found = finished_runs(data_root, campaign, experiment, repo_root)
         if not found:
             return f"campaign {campaign} has no finished run of {experiment}"
         members, cited = [], []
@@ -361,6 +379,7 @@ def bind(
 def resolve_one(
     d: ClaimDef, run_dir: Path | None, repo_root: Path | None, hashes: HashCache | None = None,
     latest: Mapping[str, Path | None] | None = None, data_root: Path | None = None, campaign: str | None = None,
+    hand: Mapping[str, Any] | None = None,
 ) -> ResolvedClaim:
     owner = f"claim {d.name}"
     latest = dict(latest or {})
@@ -402,6 +421,7 @@ def resolve_one(
         notebook_output=info.notebook_output,
         kind=d.kind,
         runs=bound.runs,
+        by_hand=any(e in (hand or {}) for e in d.experiments),
     )
 
 
@@ -426,17 +446,19 @@ def resolve_claims(
     latest = chosen.chosen
     hashes = HashCache()
     resolved = {
-        name: resolve_one(d, None, repo, hashes, latest, Path(data_root), campaign)
+        name: resolve_one(d, None, repo, hashes, latest, Path(data_root), campaign, chosen.hand)
         for name, d in sorted(registry.items())
     }
     return ClaimSet(
         campaign=campaign,
         kind=campaign_kind(campaign, repo),
         data_root=display_path(Path(data_root), repo),
-        runs={e: run_info(p, repo) for e, p in latest.items() if p is not None},
+        runs={e: run_info(p, repo, chosen.hand.get(e)) for e, p in latest.items() if p is not None},
         absent=[e for e, p in latest.items() if p is None],
         claims=resolved,
         skipped=chosen.skipped,
+        hand_runs={e: {**h, "notebook_output": run_info(latest[e], repo, h).notebook_output}
+                   for e, h in chosen.hand.items() if latest.get(e) is not None},
     )
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 from offload_lab.core import runs
 from offload_lab.core import paths
 from offload_lab.paper import discovery, explore_plots
+from offload_lab.paper.run_labels import differing, run_labels, short_run  # noqa: F401  (explore.run_labels: the notebook's API)
 
 EXPLORE_MODULE = "explore"  # an experiment folder's explore.py
 BOOT_RECORD = "boot.json"  # a run holding it is a boot (server start)
@@ -268,15 +269,6 @@ _HIDDEN = ("experiment", "kind", "outcome", "host", "path", "parameters", "git_c
 MAX_ROWS = 25
 
 
-def short_run(run_id: Any) -> str:
-    """``20261129T212331Z-0fb3ab`` -> ``11-29 21:23 0fb3ab``: a run id a reader can tell apart at a glance."""
-    text = str(run_id)
-    stamp, _, suffix = text.partition("-")
-    if len(stamp) == 16 and stamp[8] == "T" and stamp.endswith("Z") and stamp[:8].isdigit():
-        return f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} {suffix}".strip()
-    return text
-
-
 def _number(x: Any) -> str:
     """Three significant digits, no exponent for everyday sizes, thousands separated; blank for missing."""
     if x is None or (isinstance(x, float) and x != x):
@@ -351,10 +343,12 @@ def experiment_tables(t: CampaignTables, experiment: str) -> dict[str, pd.DataFr
         if name == "requests" and "ttft_s" in rows.columns:
             out[LATENCY_TABLE] = explore_plots.latency_percentiles(rows)
         if name == "requests" and "tok_s" in rows.columns:
-            keys = [c for c in ("run_id", "regime", "level", "streams") if c in rows.columns and rows[c].notna().any()]
+            keys = ["run_id", *explore_plots.level_keys(rows)]
             ok = rows[rows["ok"].fillna(False).astype(bool)] if "ok" in rows.columns else rows
-            rows = ok.groupby(keys, dropna=False)["tok_s"].describe(percentiles=[0.05, 0.5, 0.95])[
-                ["count", "5%", "50%", "95%"]].reset_index()
+            # n, mean, median, p95, p99 as the latency table has them: each percentile only where n supports it.
+            rows = pd.DataFrame([{**dict(zip(keys, k if isinstance(k, tuple) else (k,))),
+                                  **explore_plots.percentile_row(pd.to_numeric(g["tok_s"], errors="coerce").dropna())}
+                                 for k, g in ok.groupby(keys, dropna=False, sort=True)])
             name = "requests (output tok/s per request)"
         out[name] = rows.reset_index(drop=True)
     return out
@@ -418,23 +412,62 @@ def side_by_side(t: CampaignTables) -> list[tuple[str, pd.DataFrame]]:
                 continue
             seen.add(key)
             by = ", ".join([index] if isinstance(index, str) else index)
-            out.append((f"{table}: {value} by {by}, one column per run", t.compare(table, value, index).reset_index()))
+            labelled = frame.assign(run=frame["run_id"].map(labels(t)).fillna(frame["run_id"].map(short_run)))
+            out.append((f"{table}: {value} by {by}, one column per run, named by what differs",
+                        t.compare(labelled, value, index, by="run").reset_index()))
     return out
 
 
-def show(t: CampaignTables, experiment: str) -> None:
-    """Display one experiment in a notebook: a heading, its tables (tidy) and its figure."""
-    from IPython.display import Markdown, display
+def labels(t: CampaignTables) -> dict[str, str]:
+    """Every run's name by what differs from the other runs of its experiment (:func:`run_labels`)."""
+    out: dict[str, str] = {}
+    experiment_of: dict[str, str] = {}
+    for experiment, runs_of in t.runs.groupby("experiment") if not t.runs.empty else []:
+        out.update(run_labels(runs_of))
+        experiment_of.update(dict.fromkeys(runs_of["run_id"], str(experiment)))
+    # Two experiments' runs may differ in the same way ("commit=..."): a comparison of both names its experiment.
+    taken = pd.Series(out).value_counts() if out else pd.Series(dtype=int)
+    return {r: f"{experiment_of[r]}: {name}" if taken[name] > 1 else name for r, name in out.items()}
 
-    tables = experiment_tables(t, experiment)
-    runs_of = tables["runs"]
-    display(Markdown(f"## {experiment}\n{len(runs_of)} run(s): "
+
+def table(frame: pd.DataFrame, caption: str, note: str = "") -> Any:
+    """A table to look at in a notebook: every row, in a box that scrolls (it fits the page however wide the table)
+    with a filter box above it; numbers to three significant digits. The explore notebook's tables."""
+    from IPython.display import HTML
+
+    from offload_lab.paper import report
+
+    page = report._Page()
+    page.table(_short_labels(frame), caption, note)
+    text = "".join(v for _, v in page.items)
+    return HTML(f"<style>{report.TABLE_CSS}</style><script>{report.FILTER_JS}</script><div class=\"olab\">{text}</div>")
+
+
+def show(t: CampaignTables, experiment: str) -> None:
+    """Display one experiment in a notebook as the report shows it (:func:`offload_lab.paper.report.experiment_items`):
+    its runs named by what differs, tables that scroll inside their box and filter as you type, and its charts,
+    drawn with hover by JupyterLab and as PNG images with alt text where the notebook runs headless. An experiment
+    the report has no chart for gets its matplotlib figure (:func:`figures`), with alt text too."""
+    from IPython.display import HTML, Markdown, display
+
+    from offload_lab.paper import report, report_charts
+
+    runs_of = t.runs[t.runs["experiment"] == experiment]
+    # The heading as Markdown, so that JupyterLab's table of contents lists the experiment.
+    display(Markdown(f"## {experiment}\n{len(runs_of)} run{'s' if len(runs_of) != 1 else ''}: "
                      + ", ".join(f"{n} {o}" for o, n in runs_of["outcome"].value_counts().items())))
-    for name, frame in tables.items():
-        display(Markdown(f"*{name}*" + (f" (first {MAX_ROWS} of {len(frame)} rows)" if len(frame) > MAX_ROWS else "")))
-        display(tidy(frame, hide=_HIDDEN))
-    shown = figures(t, experiment)
-    if not shown:
-        display(Markdown("*no numeric column varies: nothing to plot*"))
-    for fig in shown:
-        display(fig)
+    display(HTML(f"<style>{report.TABLE_CSS}</style><script>{report.FILTER_JS}</script>"))
+    items = report.experiment_items(t, experiment)[1:]  # the report's own heading is the one above
+    for kind, value in items:
+        if kind == "html":
+            display(HTML(f'<div class="olab">{value}</div>'))
+            continue
+        for _, spec, alt_text in value:
+            data, metadata = report_charts.mimebundle(spec, alt_text)
+            display(data, metadata=metadata, raw=True)
+    if any(kind == "charts" for kind, _ in items):
+        return
+    for fig in figures(t, experiment):
+        title = fig._suptitle.get_text() if fig._suptitle else next(
+            (ax.get_title(loc="left") or ax.get_title() for ax in fig.axes), experiment)
+        display(fig, metadata={"image/png": {"alt": f"{experiment}: {title or 'figure'}"}})

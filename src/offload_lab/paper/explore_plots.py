@@ -114,7 +114,8 @@ def plot_levels(frame: pd.DataFrame, short: Callable[[str], str], bars: list[flo
     return fig
 
 
-PERCENTILES = (50, 90, 95, 99)
+# The percentiles shown, each only where its n supports it (core.stats.supports: p95 from 20, p99 from 100 samples).
+PERCENTILES = (50, 95, 99)
 # What a load run's requests measure, as `vllm bench serve` and GuideLLM report them: (column, name, unit, factor).
 LATENCIES = (("ttft_s", "TTFT", "ms", 1e3), ("tpot_ms", "TPOT", "ms", 1.0), ("itl_ms", "ITL", "ms", 1.0),
              ("e2e_s", "end to end", "s", 1.0))
@@ -128,13 +129,37 @@ def _values(rows: pd.DataFrame, column: str, factor: float) -> pd.Series:
     return pd.to_numeric(rows[column], errors="coerce").dropna() * factor
 
 
+def percentile_row(values: pd.Series) -> dict[str, Any]:
+    """n, mean, median and the percentiles its n supports (None where it does not), of one sample."""
+    from offload_lab.core import stats
+
+    n = len(values)
+    row: dict[str, Any] = {"n": n, "mean": float(values.mean()) if n else None}
+    for q in PERCENTILES:
+        row[f"p{q}"] = float(values.quantile(q / 100)) if n and stats.supports(q, n) else None
+    return row
+
+
+def level_keys(requests: pd.DataFrame) -> list[str]:
+    """What a load run's requests are grouped by: the regime, and the level (streams), else the context length, else
+    the prompt length where a sweep varied it over a few values (not a request's own slightly varying length)."""
+    has = [c for c in ("regime", "level", "context_tokens", "prompt_tokens")
+           if c in requests.columns and requests[c].notna().any()]
+    keys = [c for c in has if c == "regime"]
+    for c in ("level", "context_tokens", "prompt_tokens"):
+        if c in has and (c != "prompt_tokens" or requests[c].nunique() <= 16):
+            return keys + [c]
+    return keys
+
+
 def latency_percentiles(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per run, regime and level: p50/p90/p95/p99 of TTFT, TPOT, ITL (per token gap) and end-to-end latency over
-    the level's good requests, with their count: the per-level table `vllm bench serve` and GuideLLM print."""
+    """Per run, regime and level: n, mean, median (p50), p95 and p99 of TTFT, TPOT, ITL (per token gap) and end to
+    end over the level's good requests, the table `vllm bench serve` and GuideLLM print, with each percentile left
+    empty where its n does not support it (core.stats: p95 from 20 samples, p99 from 100)."""
     if requests.empty or "ttft_s" not in requests:
         return pd.DataFrame()
     ok = requests[requests["ok"].fillna(False).astype(bool)] if "ok" in requests else requests
-    keys = [c for c in ("run_id", "regime", "level") if c in ok.columns and ok[c].notna().any()]
+    keys = ["run_id", *level_keys(ok)]
     rows = []
     for key, g in ok.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
@@ -144,8 +169,7 @@ def latency_percentiles(requests: pd.DataFrame) -> pd.DataFrame:
             v = _values(g, column, factor)
             if v.empty:
                 continue
-            rows.append({**dict(zip(keys, key)), "metric": f"{name} ({unit})", "n": len(v),
-                         **{f"p{q}": v.quantile(q / 100) for q in PERCENTILES}})
+            rows.append({**dict(zip(keys, key)), "metric": f"{name} ({unit})", **percentile_row(v)})
     return pd.DataFrame(rows).rename(columns={"level": "streams"})
 
 

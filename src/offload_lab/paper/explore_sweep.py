@@ -12,8 +12,29 @@ import pandas as pd
 from offload_lab.paper.explore import View, csv, events, verdicts
 from offload_lab.paper.explore_plots import plot_levels
 
+# What load.sweep.summarize added after the first runs were measured: recomputed from their raw events (with the
+# very function that writes the table) where an older regimes.csv lacks them.
+RECOMPUTED = ("tok_s_mean", "tpot_mean_ms", "ttft_mean_s", "window_s", "output_tok_s_total", "requests_per_s")
+
+
+def levels(run_dir: Path) -> pd.DataFrame:
+    """A sweep's ``regimes.csv``, with total output tok/s, requests/s and the means beside the medians."""
+    from offload_lab.core import runs
+    from offload_lab.load import sweep
+    from offload_lab.load.bar import bar_of
+
+    frame = csv(sweep.REGIMES_TABLE)(run_dir)
+    missing = [c for c in RECOMPUTED if c not in frame.columns]
+    regimes = [str(r) for r in frame["regime"].unique()] if "regime" in frame.columns else []
+    if not missing or not regimes or not all((Path(run_dir) / r / sweep.EVENTS).is_file() for r in regimes):
+        return frame
+    bar = bar_of(runs.load_manifest(run_dir).get("parameters") or {})
+    again = pd.concat([sweep.summarize_run_regime(Path(run_dir), r, bar) for r in regimes], ignore_index=True)
+    return frame.merge(again[["regime", "streams", *missing]], on=["regime", "streams"], how="left")
+
+
 TABLES: dict[str, Callable[[Path], pd.DataFrame]] = {
-    "levels": csv("regimes.csv"),
+    "levels": levels,
     "verdicts": verdicts,
     "requests": lambda d: events(d, "*/events.jsonl"),
 }

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offload_lab.core.errors import AuditError
+from offload_lab.core.errors import AuditError, InputError
 from offload_lab.paper.claims import display_path
-from offload_lab.paper.qmd import NUMBER_RE, read_qmd
+from offload_lab.paper.qmd import GENERATED, NUMBER_RE, read_qmd
 
 
 @dataclass(frozen=True)
@@ -136,3 +136,90 @@ def check_source(paths: Iterable[Path]) -> None:
     report = AuditReport(checked=[str(p) for p in paths], findings=lint_source(paths))
     report.raise_if_failed()
 
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Quarto's own rules: what `quarto render` refuses or misreads before any of our filters run. Each is ported from
+# quarto-cli v1.7.34 (the source under ../shared/tools/quarto, commit facb8d49), so that a source our pandoc build
+# accepts but Quarto would not is refused here, at its file and line, before any notebook runs.
+# --------------------------------------------------------------------------------------------------------------------
+
+# src/core/lib/parse-shortcode.ts isBlockShortcode: a line that starts with "{{< " and ends with " >}}" is read as
+# ONE shortcode (the capture runs from the first opening to the last closing), by the include pass
+# (src/core/handlers/base.ts processMarkdownIncludes), which fails the render with "Invalid Shortcode" when the
+# capture does not parse, and by src/core/lib/break-quarto-md.ts, which makes it a directive cell.
+QUARTO_BLOCK_SHORTCODE = re.compile(r"^\s*\{\{< (?!/\*)(.+?)(?<!\*/) >\}\}\s*$")
+# src/project/types/manuscript/manuscript.ts hasComputations: a line of the article holding backticks followed by
+# "{" and anything but "." makes Quarto render the article a second time as a notebook ("Article Notebook"), which
+# a raw block fenced with backticks (```{=typst}) or raw inline code (`x`{=typst}) triggers.
+QUARTO_CODE_HINT = re.compile(r"`+\{[^.]+.*\}")
+
+
+def _quarto_shortcode(capture: str) -> tuple[str, list[str]] | None:
+    """parse-shortcode.ts parseShortcodeCapture: a name, then name=value, name="v", name='v', bare or quoted values.
+    (name, unnamed values), or None where Quarto throws "Invalid Shortcode"."""
+    name = re.match(r"^/?[a-zA-Z0-9_]+", capture)
+    if not name:
+        return None
+    rest, values = capture[name.end():].strip(), []
+    named = re.compile(r"""^[a-zA-Z0-9_-]+=(?:"[^"]*"|'[^']*'|[^"'\s]+)""")
+    value = re.compile(r"""^(?:[^"'\s]+|"[^"]*"|'[^']*')""")
+    while rest:
+        m = named.match(rest)
+        if not m:
+            m = value.match(rest)
+            if not m:
+                return None
+            values.append(m.group(0).strip("\"'") if m.group(0)[:1] in "\"'" else m.group(0))
+        rest = rest[m.end():].strip()
+    return name.group(0), values
+
+
+@dataclass(frozen=True)
+class QuartoFinding:
+    where: str  # file:line
+    rule: str  # what Quarto does with the line, and what to do
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.rule}: {self.line}"
+
+
+_SEVERAL = ("Quarto reads a line that starts with {{< and ends with >}} as one shortcode (and fails on a quote "
+            "inside it); reflow the text so that a word starts or ends the line")
+_UNPARSED = "Quarto cannot parse this shortcode (\"Invalid Shortcode\")"
+_GENERATED_INCLUDE = ("Quarto expands an include while it lists the project's inputs, before the pre-render hook "
+                      "writes _generated/ (quarto-cli issue 12491), so a clean checkout fails; write "
+                      "::: {.generated file=\"…\"} and ::: on the next line instead")
+_CODE_CELL = ("Quarto's manuscript takes an article with this line for a notebook and renders it twice; fence a raw "
+              "block with ~~~ instead of backticks, or move the line out of the article")
+
+
+def quarto_findings(paths: Iterable[Path], article: Path | None = None) -> list[QuartoFinding]:
+    """Lines that Quarto 1.7 would refuse or misread (see the patterns above): in every file, a line that Quarto
+    takes for one block shortcode but that holds several, or one that does not parse; in ``article`` (the
+    manuscript's article, which Quarto scans for code cells), a line that looks like a code cell."""
+    findings = []
+    for path in paths:
+        where = display_path(path, None)
+        is_article = article is not None and Path(path).resolve() == Path(article).resolve()
+        for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+            m = QUARTO_BLOCK_SHORTCODE.match(line)
+            if m and ("{{<" in m.group(1) or ">}}" in m.group(1)):
+                findings.append(QuartoFinding(f"{where}:{lineno}", _SEVERAL, line.strip()[:100]))
+            elif m and (sc := _quarto_shortcode(m.group(1))) is None:
+                findings.append(QuartoFinding(f"{where}:{lineno}", _UNPARSED, line.strip()[:100]))
+            elif m and sc[0] == "include" and sc[1] and GENERATED in Path(sc[1][0]).parts:
+                findings.append(QuartoFinding(f"{where}:{lineno}", _GENERATED_INCLUDE, line.strip()[:100]))
+            if is_article and QUARTO_CODE_HINT.search(line):
+                findings.append(QuartoFinding(f"{where}:{lineno}", _CODE_CELL, line.strip()[:100]))
+    return findings
+
+
+def check_quarto_rules(paths: Iterable[Path], article: Path | None = None) -> None:
+    """InputError (exit 2) naming every line that Quarto 1.7 would refuse or misread, file:line."""
+    found = quarto_findings(paths, article)
+    if found:
+        shown = "\n  ".join(str(f) for f in found[:25])
+        more = f"\n  … and {len(found) - 25} more" if len(found) > 25 else ""
+        raise InputError(f"{len(found)} line(s) that Quarto would refuse or misread:\n  {shown}{more}")

@@ -53,6 +53,12 @@ def number_token(text: str) -> str:
 
 def numbers_in(text: str) -> list[str]:
     return [number_token(m.group(0)) for m in NUMBER_RE.finditer(text)]
+
+
+# ::: {.generated file="_generated/NAME"} then ::: — a file `paper prepare` writes, read in its place by the sections
+# filter (Quarto) or by expand() (pandoc build). Not an include: Quarto expands includes while it lists its inputs,
+# before the pre-render hook that writes the file has run (quarto-cli issue 12491).
+GENERATED_DIV = re.compile(r'^:::+\s*\{\.generated\s+file="([^"]+)"\s*\}\s*$')
 SHORTCODE_RE = re.compile(r"(?<!\{)\{\{<\s*([A-Za-z][\w-]*)((?:\s+[^\s>]+)*)\s*>\}\}(?!\})")
 
 
@@ -137,7 +143,8 @@ def _attr_value(text: str) -> str:
 
 def _provenance_attrs(c: ResolvedClaim, cls: str = "claim") -> str:
     f = c.files[0]
-    nb = c.notebook_output or c.notebook or ""
+    # A hand run links its own executed notebook or none: the campaign's template did not write its data.
+    nb = c.notebook_output or ("" if getattr(c, "by_hand", False) else c.notebook) or ""
     return (f'.{cls} data-claim="{c.name}" data-file="{_attr_value(f.path)}" data-sha256="{f.sha256}" '
             f'data-notebook="{_attr_value(nb)}"')
 
@@ -145,7 +152,10 @@ def _provenance_attrs(c: ResolvedClaim, cls: str = "claim") -> str:
 def _claim_markdown(c: ResolvedClaim, where: str) -> str:
     if c.status != "ok":
         return f'[?claim:{_md_escape(c.name)}]{{.claim-absent data-claim="{c.name}" data-where="{where}"}}'
-    return f"[{_md_escape(c.text or '')}]{{{_provenance_attrs(c)}}}"
+    span = f"[{_md_escape(c.text or '')}]{{{_provenance_attrs(c)}}}"
+    if getattr(c, "by_hand", False):  # read from a run made by hand, because the user asked: said beside it
+        span += ' [(by hand)]{.claim-hand title="from a run made by hand, outside the campaign\'s sessions; see Limits"}'
+    return span
 
 
 def _table_markdown(c: ResolvedClaim, where: str) -> str:
@@ -162,7 +172,8 @@ def _table_markdown(c: ResolvedClaim, where: str) -> str:
         return f"[{_md_escape(text)}]{{{attrs}}}".replace("|", "\\|")
 
     sep = pipe_separator(value)
-    lines = ["| " + " | ".join(_md_escape(h) for h in value["columns"]) + " |", sep]
+    # A header may hold a number too ("Pods (α = 0.01)"): traced like a cell, as the Quarto path's claim.lua does.
+    lines = ["| " + " | ".join(cell(h) for h in value["columns"]) + " |", sep]
     lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in value["rows"]]
     return "\n" + "\n".join(lines) + "\n"
 
@@ -176,11 +187,29 @@ def _resolve_include(arg: str, base: Path, generated_dir: Path) -> Path:
 
 
 def expand(qmd_path: Path, claims: ClaimSet, generated_dir: Path, *, _depth: int = 0) -> str:
-    """The body of a qmd with claim, include and pagebreak shortcodes replaced; unknown claims raise ClaimError."""
+    """The body of a qmd with claim, include and pagebreak shortcodes and ``.generated`` divs replaced; unknown
+    claims raise ClaimError."""
     qmd = read_qmd(qmd_path)
     out: list[str] = []
+    skip_close = False
     for i, line in enumerate(qmd.lines):
         where = f"{qmd_path}:{qmd.first_line + i}"
+        if skip_close:
+            skip_close = False
+            if line.strip() == ":::":
+                continue
+        gen = GENERATED_DIV.match(line)
+        if gen:
+            # What sections.lua's Generated does under Quarto: the file in place of the (empty) div.
+            nxt = qmd.lines[i + 1].strip() if i + 1 < len(qmd.lines) else ""
+            if nxt != ":::" or _depth > 4:
+                raise InputError(f"{where}: a .generated div is empty: close it on the next line with :::")
+            target = _resolve_include(gen.group(1), qmd_path.parent, generated_dir)
+            if not target.is_file():
+                raise InputError(f"{where}: generated file {target} does not exist; run `offload-lab paper prepare`")
+            out.append(expand(target, claims, generated_dir, _depth=_depth + 1))
+            skip_close = True
+            continue
         if re.match(r"^\s*(`{3,}|~{3,})\s*\{[A-Za-z]", line):
             # Executable cells would render here as plain code; values belong in claims, plots in figures.py.
             raise InputError(f"{where}: executable code cells are not supported; compute the value as a claim")

@@ -25,6 +25,7 @@ MANUSCRIPT_DIR = "_manuscript"  # manuscript.ts kOutputDir, when project.output-
 # Set by `paper build` for the `quarto render` it starts: its hooks then skip what the build does itself.
 PREPARED_ENV = "OFFLOAD_LAB_PREPARED"  # the claims.json the build's own prepare() wrote
 AUDITED_ENV = "OFFLOAD_LAB_AUDITED_BY_BUILD"
+HTML_DIR_ENV = "OFFLOAD_LAB_HTML_DIR"  # where `paper build` puts the HTML Quarto writes
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def render_quarto(repo_root: Path, out_dir: Path, campaign: str, data_root: Path
         "OFFLOAD_LAB_CLAIMS": str(claims),
         PREPARED_ENV: str(claims),
         AUDITED_ENV: "1",
+        # The extension links data files and notebooks from where this build copies the page (claims-file.lua href).
+        HTML_DIR_ENV: str(Path(out_dir).resolve()),
     }
     env.pop("QUARTO_PROJECT_OUTPUT_FILES", None)
     proc = subprocess.run(["quarto", "render"], cwd=repo_root, env=env, capture_output=True, text=True, check=False)

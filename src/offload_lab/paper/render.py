@@ -95,6 +95,22 @@ def _source_inlines(record: FigureRecord, out_dir: Path, repo_root: Path) -> lis
     return [{"t": "Span", "c": [["", ["figure-provenance"], []], out]}]
 
 
+FIGURE_LINKS = "figure-links.json"  # under _generated/: what _source_inlines prints, for the Quarto extension
+
+
+def figure_links(figures: dict[str, FigureRecord | None], repo_root: Path) -> dict[str, Any]:
+    """Per figure, the data files and the notebook that _source_inlines links after its caption, for the Quarto
+    path's figures.lua to print the same (labels, paths relative to the repository, titles)."""
+    out: dict[str, Any] = {}
+    for name, record in figures.items():
+        if record is None:
+            continue
+        files = [{"label": _file_label(f.path, repo_root), "path": f.path, "title": f"{f.path} sha256 {f.sha256}"}
+                 for f in record.files if Path(f.path).name != runs.MANIFEST]
+        out[name] = {"files": files, "notebook": record.notebook_output or record.notebook or None}
+    return out
+
+
 def for_html(ast: dict[str, Any], labels: dict[str, str], out_dir: Path, repo_root: Path,
              figures: dict[str, FigureRecord | None] | None = None) -> dict[str, Any]:
     figures = figures or {}

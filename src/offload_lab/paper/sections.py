@@ -19,9 +19,9 @@ Fragments of one topic are alternatives (``part: choice``): a measured variant, 
 published figures'. :func:`assemble` writes each topic as its heading, its ``lead`` parts, one ``.choose`` block
 holding each alternative as a ``.requires`` block, then its ``tail`` parts: the blocks ``sections.lua`` reads, so
 Quarto and the pandoc build pick the same variant. ``paper prepare`` writes the result to
-``paper/_generated/sections.qmd``, which ``paper.qmd`` includes. Prose of the whole paper, owned by no experiment,
-lives in ``paper/sections/`` with the same front matter (its ``requires`` defaults to none).
-"""
+``paper/_generated/sections.qmd``, which ``paper.qmd`` reads in place of a ``.generated`` div. Prose of the whole
+paper, owned by no experiment, lives in ``paper/sections/`` with the same front matter (its ``requires`` defaults to
+none)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from offload_lab.core import inputs
 from offload_lab.core.errors import InputError
 from offload_lab.paper import discovery
 
-SECTIONS_FILE = "sections.qmd"  # under paper/_generated/, included by paper.qmd
+SECTIONS_FILE = "sections.qmd"  # under paper/_generated/, read by paper.qmd (its .generated div)
 META_KEY = "section"
 HEADING_LEVEL = "##"
 PAPER_SECTIONS = Path("paper") / "sections"  # prose of the whole paper, owned by no experiment
@@ -152,11 +152,17 @@ def assemble(found: list[Fragment]) -> str:
     for t in topics(found):
         every = (*t.lead, *t.choices, *t.tail)
         parts.append(f"<!-- topic {t.name}: {', '.join(f'{f.path.parent.name}/{f.path.name}' for f in every)} -->")
-        if t.heading:
+        # A topic that is only remarks (every part left out silently when its experiments did not run) carries its
+        # heading inside each of them: left out, it leaves no empty section behind.
+        silent = t.heading and not t.lead and not t.tail and all(f.place.note == "none" for f in t.choices)
+        if t.heading and not silent:
             parts.append(f"{HEADING_LEVEL} {t.heading}")
         parts += [_block(f) for f in t.lead]
         if t.choices:
-            inner = "\n".join(_requires(f) for f in t.choices)
+            inner = "\n".join(_requires(f) if not silent else
+                               _requires(Fragment(f.path, f.place, f.experiments,
+                                                  f"{HEADING_LEVEL} {t.heading}\n\n{f.body}"))
+                               for f in t.choices)
             parts.append("::: {.choose}\n" + inner + "\n:::")
         parts += [_block(f) for f in t.tail]
     return "\n\n".join(parts) + "\n"

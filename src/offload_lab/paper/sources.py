@@ -92,7 +92,7 @@ class Sources:
 
         return pd.read_csv(self.path(name))
 
-    def events(self, name: str = "events.jsonl") -> list[dict[str, Any]]:
+    def events(self, name: str = runs.EVENTS) -> list[dict[str, Any]]:
         return runs.read_events(self.path(name))
 
     @property

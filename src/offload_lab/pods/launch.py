@@ -15,10 +15,18 @@ Per pod (one thread each):
    cluster's name; when an experiment is done the pod's data is fetched (``rsync`` into
    ``<plan dir>/<cluster>/data/``; a relaunch's into ``<cluster>-r<N>/data/``, so no launch's ledger overwrites
    another's);
-3. when the log ends: ``status``, a last fetch, ``down``. A pod that is gone before its job ended (preempted) or whose
-   job did not end is launched again, same cluster name, with only what its fetched data does not hold yet
+3. when the log ends: ``status`` (refreshed: SkyPilot's cache keeps a preempted cluster UP), a last fetch, and
+   ``down`` only once that fetch worked. Every fetch is tried ``FETCH_TRIES`` times, the wait doubling from
+   ``FETCH_BACKOFF_S``; a cluster whose data still cannot be fetched, or whose job still runs, is left up (its
+   autodown bounds the cost), said in capitals, and recorded (``left_up`` with the reason). A pod that is gone before
+   its job ended (preempted) is launched again, same cluster name, with only what its fetched data does not hold yet
    (:mod:`offload_lab.pods.resume`), up to ``relaunches`` times. A job that ended with a failed experiment is not
    relaunched: its failure is data, named in the summary.
+
+A resumed plan (``pod launch PLAN_DIR``) asks SkyPilot first (:meth:`PodLauncher.live`): a cluster still up, or a
+managed job still there, is re-attached to (:meth:`PodLauncher.attach`: followed, fetched, taken down), never
+launched over (SkyPilot would reuse it: setup again, a second job). ``max_cost`` stops launching once the launches of
+this run have cost that much, and takes down what it launched, each after its data is home.
 
 Then ``cost_report``: one ledger ``pod`` line per launch (a relaunch under the same name is its own line), written
 with the merge (:mod:`offload_lab.pods.merge`). Every step is appended to ``<plan dir>/launches.jsonl``.
@@ -30,6 +38,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -39,13 +48,18 @@ from offload_lab.core import runs
 from offload_lab.core.errors import InputError, OffloadLabError
 from offload_lab.pods import resume
 from offload_lab.pods import skypilot as sp
+from offload_lab.pods.history import (LAUNCHES, LIVE_JOB, data_dir, fetched_roots, launch_history,  # noqa: F401
+                                      next_launches)
 from offload_lab.pods.plan import PodPart, PodPlan
 
 ADAPTER = Path(__file__).with_name("sky_adapter.py")
-LAUNCHES = "launches.jsonl"
 REMOTE_DATA = "~/sky_workdir/data"  # where the task's workdir puts the checkout's data/ (SkyPilot: ~/sky_workdir)
 RESULT, ERROR = "@@result ", "@@error "
 SUCCEEDED = "SUCCEEDED"
+FETCH_TRIES = 4
+FOLLOW_TRIES = 5  # a log that ends while its job still runs (a dropped connection) is followed again
+FETCH_BACKOFF_S = 10.0  # the wait after the first failed fetch, doubled after each
+BUDGET_CHECK_S = 60.0  # with --max-cost: how often the launcher asks SkyPilot what the pods cost so far
 ENDED_FAILED = ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED")
 
 
@@ -102,6 +116,8 @@ class Launch:
     job_id: int | None = None
     outcome: str = "launching"
     error: str | None = None
+    fetch_error: str | None = None
+    left_up: str | None = None  # why the cluster was not taken down (its data is not home)
     experiments: dict[str, str] = field(default_factory=dict)
 
 
@@ -113,20 +129,8 @@ class LaunchReport:
     def lost(self) -> list[Launch]:
         return [ln for ln in self.launches if ln.outcome != "succeeded"]
 
-
-def data_dir(plan_dir: Path, cluster: str, number: int) -> Path:
-    """Where a launch's data comes back: ``<cluster>/data`` for the first, ``<cluster>-r<N>/data`` for relaunch N."""
-    return plan_dir / (cluster if number == 0 else f"{cluster}-r{number}") / "data"
-
-
-def fetched_roots(plan_dir: Path, cluster: str) -> list[Path]:
-    """Every launch's data folder of this cluster, in launch order (what ``pod merge`` reads)."""
-    roots = [data_dir(plan_dir, cluster, 0)]
-    n = 1
-    while data_dir(plan_dir, cluster, n).parent.is_dir():
-        roots.append(data_dir(plan_dir, cluster, n))
-        n += 1
-    return [r for r in roots if r.is_dir()]
+    def left_up(self) -> list[Launch]:
+        return [ln for ln in self.launches if ln.left_up]
 
 
 class _Printer:
@@ -169,11 +173,14 @@ class PodLauncher:
     """Drives every part of a plan; see the module docstring."""
 
     def __init__(self, plan_dir: Path, plan: PodPlan, campaign: Campaign, spec: Any, opts: sp.TaskOptions,
-                 adapter: Adapter, log: Callable[[str], None] = print, relaunches: int = 2, keep_up: bool = False):
+                 adapter: Adapter, log: Callable[[str], None] = print, relaunches: int = 2, keep_up: bool = False,
+                 max_cost: float | None = None):
         self.plan_dir, self.plan, self.campaign, self.spec, self.opts = plan_dir, plan, campaign, spec, opts
-        self.adapter, self.relaunches, self.keep_up = adapter, relaunches, keep_up
+        self.adapter, self.relaunches, self.keep_up, self.max_cost = adapter, relaunches, keep_up, max_cost
         self.say = _Printer(log)
         self.launches: list[Launch] = []
+        self.started: list[Launch] = []  # launched by this run: what --max-cost counts and takes down
+        self.stopping = False  # --max-cost reached: launch nothing more
         self._lock = threading.Lock()
         pod = sp.pod_of(spec, plan.stack_file)
         self.managed = pod.use_spot
@@ -207,17 +214,42 @@ class PodLauncher:
         return {"store": self.opts.store,
                 "url": f"{scheme}://{self.opts.bucket}/{self.plan.plan_id}/{cluster}/{self.plan.campaign}/"}
 
-    def _fetch(self, launch: Launch) -> bool:
+    def _status(self, launch: Launch) -> dict[str, Any]:
+        """The cluster and its job as SkyPilot has them now (refreshed from the cloud: its cache says UP for a pod
+        preempted since)."""
         try:
-            ans = self.adapter.call("fetch", {"cluster": launch.cluster,
-                                              "remote": f"{REMOTE_DATA}/{self.plan.campaign}",
-                                              "local": str(launch.data / self.plan.campaign),
-                                              "bucket": self._bucket(launch.cluster)})
+            return self.adapter.call("status", {"cluster": launch.cluster, "job_id": launch.job_id,
+                                                "managed": self.managed})
         except LaunchError as e:
-            ans = {"ok": False, "error": str(e)}
-        if not ans.get("ok"):
-            self.say(launch.cluster, f"fetch failed: {ans.get('error')}")
-        return bool(ans.get("ok"))
+            return {"cluster_status": None, "job_status": None, "error": str(e)}
+
+    def _fetch(self, launch: Launch) -> bool:
+        """The launch's data home, tried ``FETCH_TRIES`` times, waiting twice as long after each failure; stops
+        early when the cluster is gone (nothing left to fetch from). Every failure is in launches.jsonl."""
+        delay = FETCH_BACKOFF_S
+        for attempt in range(1, FETCH_TRIES + 1):
+            try:
+                ans = self.adapter.call("fetch", {"cluster": launch.cluster,
+                                                  "remote": f"{REMOTE_DATA}/{self.plan.campaign}",
+                                                  "local": str(launch.data / self.plan.campaign),
+                                                  "bucket": self._bucket(launch.cluster)})
+            except LaunchError as e:
+                ans = {"ok": False, "error": str(e)}
+            if ans.get("ok"):
+                launch.fetch_error = None
+                return True
+            launch.fetch_error = str(ans.get("error"))
+            self._record(launch, "fetch_failed", error=launch.fetch_error, attempt=attempt, of=FETCH_TRIES)
+            gone = not self.managed and self._status(launch).get("cluster_status") is None
+            if gone or attempt == FETCH_TRIES:
+                self.say(launch.cluster, f"fetch failed ({attempt} of {FETCH_TRIES} tries"
+                                         f"{', the cluster is gone' if gone else ''}): {launch.fetch_error}")
+                return False
+            self.say(launch.cluster, f"fetch failed (try {attempt} of {FETCH_TRIES}), again in {delay:g} s: "
+                                     f"{launch.fetch_error}")
+            time.sleep(delay)
+            delay *= 2
+        return False
 
     def _follow(self, launch: Launch) -> None:
         def on_line(line: str) -> None:
@@ -235,12 +267,21 @@ class PodLauncher:
         except LaunchError as e:
             self.say(launch.cluster, f"log ended: {e}")
 
-    def _one(self, part: PodPart, number: int) -> Launch:
-        task = self._task(part, number)
+    def _new(self, part: PodPart, number: int, task: Path) -> Launch:
         launch = Launch(cluster=part.cluster, number=number, part=part, task=task,
                         data=data_dir(self.plan_dir, part.cluster, number), managed=self.managed)
         with self._lock:
             self.launches.append(launch)
+        return launch
+
+    def _one(self, part: PodPart, number: int) -> Launch:
+        if self.over_budget():
+            launch = self._new(part, number, self.plan_dir / f"{part.cluster}.yaml")
+            launch.outcome, launch.error = "not_launched", f"--max-cost {self.max_cost} reached"
+            self.say(part.cluster, f"not launched: {launch.error}")
+            return launch
+        task = self._task(part, number)
+        launch = self._new(part, number, task)
         what = "the whole campaign" if part.only is None else ",".join(part.only)
         self.say(part.cluster, f"launch {number}: {what}" + (f", {part.repeat_boots} boot(s)" if part.repeat_boots
                                                                else ""))
@@ -256,31 +297,59 @@ class PodLauncher:
             self._down(launch)  # SkyPilot keeps a cluster whose setup failed, billed: take it down
             return launch
         launch.job_id = ans.get("job_id")
+        with self._lock:
+            self.started.append(launch)
         self._record(launch, "launched")
-        self._follow(launch)
-        try:
-            st = self.adapter.call("status", {"cluster": part.cluster, "job_id": launch.job_id,
-                                              "managed": self.managed})
-        except LaunchError as e:
-            st = {"cluster_status": None, "job_status": None, "error": str(e)}
+        return self._finish(launch)
+
+    def attach(self, part: PodPart, number: int, job_id: int | None) -> Launch:
+        """A launch made earlier (by a launcher since stopped) whose cluster or managed job is still there: follow
+        its job if it runs, fetch what it made, and take it down once that is home."""
+        launch = self._new(part, number, self.plan_dir / (f"{part.cluster}.yaml" if number == 0 else
+                                                          f"{part.cluster}.r{number}.yaml"))
+        launch.job_id = job_id
+        self.say(part.cluster, f"launch {number} still there (job {job_id}): re-attached, not launched again")
+        self._record(launch, "attached")
+        return self._finish(launch)
+
+    def _finish(self, launch: Launch) -> Launch:
+        """Follow the job to its end, bring its data home, and take the cluster down only once it is."""
+        for _ in range(FOLLOW_TRIES):
+            self._follow(launch)
+            st = self._status(launch)
+            if st.get("job_status") not in LIVE_JOB or self.stopping:
+                break
+            self.say(launch.cluster, f"the log stopped while job {launch.job_id} still runs: following it again")
         up = st.get("cluster_status") is not None
-        if up or self.managed:
-            self._fetch(launch)
+        home = self._fetch(launch) if up or self.managed else False
         job = st.get("job_status")
         ended = up or self.managed  # a managed job's status is the controller's, whatever became of its pod
         launch.outcome = ("succeeded" if job == SUCCEEDED else "failed" if ended and job in ENDED_FAILED
                           else "lost")
+        if up and job in LIVE_JOB and not self.stopping and not self.keep_up:
+            launch.left_up = (f"its job {launch.job_id} still runs and its log could not be followed; left up, it "
+                              f"goes down on its own {self.idle_minutes} idle minutes after the job ends")
+        elif up and not home and not self.keep_up:
+            launch.left_up = (f"its data could not be fetched ({launch.fetch_error}); left up so that nothing it "
+                              f"made is lost; it goes down on its own after {self.idle_minutes} idle minutes")
         self._record(launch, "ended", outcome=launch.outcome, cluster_status=st.get("cluster_status"),
-                     job_status=job, experiments=launch.experiments)
-        self.say(part.cluster, f"launch {number} {launch.outcome} (cluster {st.get('cluster_status') or 'gone'}, "
-                               f"job {job or 'unknown'})")
-        if up:
+                     job_status=job, experiments=launch.experiments, data_home=home, left_up=launch.left_up)
+        where = st.get("cluster_status") or "gone"
+        self.say(launch.cluster, f"launch {launch.number} {launch.outcome} (cluster {where}, job {job or 'unknown'})")
+        if launch.left_up:
+            self.say(launch.cluster, f"NOT TAKEN DOWN: {launch.left_up}. Fetch it by hand (`rsync -a "
+                                     f"{launch.cluster}:{REMOTE_DATA}/{self.plan.campaign}/ "
+                                     f"{launch.data / self.plan.campaign}/`) or run `offload-lab pod launch "
+                                     f"{self.plan_dir}` again (it re-attaches), then `offload-lab pod down "
+                                     f"{launch.cluster}`")
+            self._record(launch, "left_up", why=launch.left_up)
+        elif up:
             self._down(launch)
         return launch
 
     def _down(self, launch: Launch) -> None:
         if self.keep_up:
-            self.say(launch.cluster, f"left up (--keep-up): `sky down -y {launch.cluster}` when done")
+            self.say(launch.cluster, f"left up (--keep-up): `offload-lab pod down {launch.cluster}` when done")
             return
         try:
             self.adapter.call("down", {"cluster": launch.cluster, "job_id": launch.job_id, "managed": self.managed})
@@ -290,9 +359,42 @@ class PodLauncher:
             self.say(launch.cluster, f"could not take it down, do it by hand (`sky down -y {launch.cluster}`): {e}")
             self._record(launch, "down_failed", error=str(e))
 
-    def drive(self, part: PodPart, start: int = 0, first: PodPart | None = None) -> None:
-        """Launch ``first`` (default: the plan's ``part``) as launch number ``start``, and again, for what the plan's
-        part still has left, while it is lost."""
+    def spent(self) -> float:
+        """What the launches of this run have cost so far, as SkyPilot prices them (0 when it cannot)."""
+        try:
+            report = self.adapter.call("cost_report", {"days": 30})["records"]
+        except LaunchError:
+            return 0.0
+        mine = {ln.cluster for ln in self.started}
+        return sum(float(r.get("total_cost") or 0) for r in report if _base_name(r.get("name"), mine) in mine)
+
+    def _watch_budget(self, done: threading.Event) -> None:
+        """--max-cost while the pods run: once reached, every pod this run launched that is still running has its
+        data fetched and is taken down (a pod whose data cannot be fetched is left up, as at any teardown)."""
+        while not done.wait(BUDGET_CHECK_S):
+            if not self.over_budget():
+                continue
+            self.stopping = True
+            for launch in [ln for ln in self.started if ln.outcome == "launching"]:
+                self.say(launch.cluster, f"--max-cost {self.max_cost} reached ({self.spent():.2f} spent): its "
+                                         "data home, then down")
+                self._record(launch, "budget_stop", spent=self.spent(), max_cost=self.max_cost)
+                if self._fetch(launch):
+                    self._down(launch)
+                else:
+                    launch.left_up = f"--max-cost reached and its data could not be fetched ({launch.fetch_error})"
+                    self._record(launch, "left_up", why=launch.left_up)
+            return
+
+    def over_budget(self) -> bool:
+        if self.stopping:
+            return True
+        return self.max_cost is not None and bool(self.started) and self.spent() >= self.max_cost
+
+    def drive(self, part: PodPart, start: int = 0, first: PodPart | None = None,
+              attach: dict[str, Any] | None = None) -> None:
+        """Launch ``first`` (default: the plan's ``part``) as launch number ``start`` (or, with ``attach``, take up
+        the launch still running), and again, for what the plan's part still has left, while it is lost."""
         todo: PodPart | None = first or part
         for number in range(start, start + self.relaunches + 1):
             if number > start:
@@ -301,20 +403,56 @@ class PodLauncher:
                     self.say(part.cluster, "everything it was to run is in its data: not launched again")
                     return
             assert todo is not None
-            launch = self._one(todo, number)
-            if launch.outcome != "lost":
-                return
+            if attach is not None and number == start:
+                launch = self.attach(todo, number, attach.get("job_id"))
+            else:
+                launch = self._one(todo, number)
+            if launch.outcome != "lost" or launch.left_up:
+                return  # ended, failed as data, or still up: never a second pod while the first holds its runs
         self.say(part.cluster, f"lost {self.relaunches + 1} times: giving up; `offload-lab pod launch "
                                f"{self.plan_dir}` launches what is left")
 
-    def run(self, parts: list[tuple[PodPart, PodPart, int]]) -> LaunchReport:
-        """Every (plan part, what to launch, launch number) at once, a thread each; then the launcher's costs."""
-        threads = [threading.Thread(target=self.drive, args=(p, n, first), name=p.cluster, daemon=True)
-                   for p, first, n in parts]
+    def check_tasks(self, parts: list[tuple[PodPart, PodPart, int]]) -> None:
+        """Refuse, before anything is rented, a task file already in the plan folder (a plan written by an older
+        offload-lab) whose setup does not install every stack its pod boots."""
+        import yaml
+
+        for part, _, number in parts:
+            path = self.plan_dir / f"{part.cluster}.yaml"
+            if number != 0 or not path.is_file():
+                continue
+            task = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            missing = sp.missing_installs(task, sp.stacks_for(self.plan, part, self.spec, self.campaign, self.opts))
+            if missing:
+                raise InputError(f"task file {path} boots {', '.join(missing)} and its setup does not install it: "
+                                 "remove the task file (`pod launch` writes it again from the plan) or plan anew")
+
+    def live(self) -> dict[str, dict[str, Any]]:
+        """The plan's clusters (or managed jobs) SkyPilot still has, by cluster name, with their latest job."""
+        jobs = {c: h["job_id"] for c, h in launch_history(self.plan_dir).items() if h.get("job_id") is not None}
+        ans = self.adapter.call("live", {"clusters": [p.cluster for p in self.plan.parts], "managed": self.managed,
+                                         "jobs": jobs})
+        return ans.get("clusters") or {}
+
+    def run(self, parts: list[tuple[PodPart, PodPart, int, dict[str, Any] | None]]) -> LaunchReport:
+        """Every (plan part, what to launch, launch number, launch to re-attach to) at once, a thread each; then the
+        launcher's costs. With --max-cost, once it is reached nothing more is launched and what this run launched
+        is taken down (after its data is home)."""
+        self.check_tasks([(p, w, n) for p, w, n, a in parts if a is None])
+        threads = [threading.Thread(target=self.drive, args=(p, n, first, attach), name=p.cluster, daemon=True)
+                   for p, first, n, attach in parts]
         for t in threads:
             t.start()
+        done = threading.Event()
+        watcher = None
+        if self.max_cost is not None:
+            watcher = threading.Thread(target=self._watch_budget, args=(done,), name="budget", daemon=True)
+            watcher.start()
         for t in threads:
             t.join()
+        done.set()
+        if watcher is not None:
+            watcher.join()
         report = self.adapter.call("cost_report", {"days": 30})["records"]
         (self.plan_dir / "cost-report.json").write_text(json.dumps(report, indent=1, default=str) + "\n",
                                                         encoding="utf-8")
@@ -322,21 +460,10 @@ class PodLauncher:
                             cost_report=report)
 
 
-def next_launches(plan_dir: Path, campaign: Campaign, plan: PodPlan) -> list[tuple[PodPart, PodPart, int]]:
-    """(plan part, what to launch, launch number) for every part with work left: a part never launched as it is,
-    a part launched before (``launches.jsonl``) with what its fetched data does not hold yet."""
-    numbers: dict[str, int] = {}
-    path = plan_dir / LAUNCHES
-    if path.is_file():
-        for e in runs.read_events(path):
-            if e.get("event") == "launch":
-                numbers[str(e["cluster"])] = max(numbers.get(str(e["cluster"]), -1), int(e["launch"]))
-    out = []
-    for part in plan.parts:
-        if part.cluster not in numbers:
-            out.append((part, part, 0))
-            continue
-        left = resume.remaining(campaign, plan, part, fetched_roots(plan_dir, part.cluster))
-        if left is not None:
-            out.append((part, left, numbers[part.cluster] + 1))
-    return out
+def _base_name(name: Any, clusters: set[str]) -> str | None:
+    """The plan's cluster a SkyPilot cluster name is: itself, or a managed job's ``<name>-<job_id>``."""
+    name = str(name)
+    if name in clusters:
+        return name
+    base, _, job = name.rpartition("-")
+    return base if job.isdigit() and base in clusters else None

@@ -161,16 +161,54 @@ def plan_pods(campaign: Campaign, stack_file: Path, pods: int = 1, split: str = 
                    stack_file=_rel(stack_file, campaign.root), split=split, parts=parts, after_merge=analysis)
 
 
-def part_campaign_text(campaign: Campaign, part: PodPart) -> str | None:
-    """The campaign file a repeat-boot pod runs: the campaign's own, with its share of the boots (same name, so its
-    runs land in the same campaign directory); None when the pod runs the campaign file as it is."""
-    if part.repeat_boots is None:
+def _same_file(campaign: Campaign, a: str | None, b: str | None) -> bool:
+    pa, pb = campaign.stack_path(a), campaign.stack_path(b)
+    return pa is not None and pb is not None and pa.resolve() == pb.resolve()
+
+
+def part_campaign_text(campaign: Campaign, part: PodPart, stack_file: str | None = None) -> str | None:
+    """The campaign file a pod runs when it is not the campaign's own: its share of the boots (repeat-boot parts)
+    and, when the plan rents another stack than the campaign names (``--stack``), that stack as the campaign's
+    (same name, so its runs land in the same campaign directory); None when the pod runs the campaign file as it
+    is."""
+    restack = stack_file is not None and not _same_file(campaign, stack_file, campaign.spec.stack)
+    if part.repeat_boots is None and not restack:
         return None
     data = yaml.safe_load(campaign.file.read_text(encoding="utf-8"))
-    data["repeat_boots"] = part.repeat_boots
+    notes = []
+    if part.repeat_boots is not None:
+        data["repeat_boots"] = part.repeat_boots
+        notes.append(f"{part.repeat_boots} of {campaign.spec.repeat_boots} boots")
+    if restack:
+        data["stack"] = stack_file  # the planned stack serves what the campaign's own would have
+        notes.append(f"stack {stack_file}")
     data["description"] = (f"{data.get('description', '')} [pod {part.index + 1} of {part.of}: "
-                           f"{part.repeat_boots} of {campaign.spec.repeat_boots} boots]").strip()
+                           f"{'; '.join(notes)}]").strip()
     return yaml.safe_dump(data, sort_keys=False, width=1000)
+
+
+def part_stacks(campaign: Campaign, plan: PodPlan, part: PodPart) -> list[str]:
+    """Every stack file (relative to the checkout) the part boots or serves, in the order the campaign first needs
+    them: the planned stack for whatever uses the campaign's, and each boot's or experiment's own ``stack:``."""
+    spec = campaign.spec
+    names = set(part.only) if part.only is not None else None
+
+    def picked(name: str) -> bool:
+        return names is None or name in names
+
+    wanted: list[str | None] = []
+    if spec.boots and picked(BOOTS):
+        wanted += [b.stack for b in spec.boots]
+    if part.repeat_boots or (spec.repeat_boots > 1 and part.only is None):
+        wanted.append(None)
+    wanted += [e.stack for e in spec.experiments if e.needs_server and picked(e.experiment)]
+    out: list[str] = []
+    for name in wanted:
+        rel = plan.stack_file if name is None or _same_file(campaign, name, spec.stack) else \
+            _rel(campaign.stack_path(name), campaign.root)  # type: ignore[arg-type]
+        if rel not in out:
+            out.append(rel)
+    return out
 
 
 def _rel(p: Path, root: Path) -> str:

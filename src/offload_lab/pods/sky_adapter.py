@@ -13,12 +13,16 @@ Calls (SkyPilot 0.14.1's client SDK, sky/client/sdk.py and sky/jobs/client/sdk.p
                  (``Task.update_secrets``), never written anywhere. Answer: ``job_id``.
 ``tail``         ``sky.tail_logs(cluster, job_id, follow=True)`` / ``sky.jobs.tail_logs(job_id=..., follow=True)``:
                  the job's log, line by line, until it ends. Answer: ``exit_code`` (SkyPilot's JobExitCode).
-``status``       ``sky.status([cluster])`` and ``sky.job_status(cluster, [job_id])``, or ``sky.jobs.queue``.
+``status``       ``sky.status([cluster], refresh=FORCE)`` (SkyPilot's cache keeps a preempted cluster UP) and
+                 ``sky.job_status(cluster, [job_id])``, or ``sky.jobs.queue``.
                  Answer: ``cluster_status`` (None: no such cluster, e.g. preempted and gone), ``job_status``.
 ``fetch``        ``rsync -a CLUSTER:REMOTE/ LOCAL/`` through the ssh entry SkyPilot writes for every cluster
                  (0.14.1 has no rsync-down in its SDK), or from the bucket (``aws s3 sync``, ``gsutil rsync``) for a
                  managed job. Answer: ``ok``, ``error``.
 ``down``         ``sky.down(cluster)`` / ``sky.jobs.cancel(job_ids=[job_id])``.
+``live``         the plan's clusters still up (``sky.status`` refreshed) with their latest job (``sky.queue``), or its
+                 managed jobs' states (``sky.jobs.queue``): what a resumed launcher re-attaches to.
+``logs``         a job's log so far, or followed: ``sky.tail_logs`` / ``sky.jobs.tail_logs``.
 ``cost_report``  ``sky.cost_report(days)``, each record as ``sky cost-report -o json`` writes it (resources as
                  YAML config with secrets redacted, status as text: TERMINATED when gone).
 """
@@ -59,12 +63,42 @@ def _status(sky, a):
         recs = sky.get(sky.jobs.queue(refresh=False, skip_finished=False, job_ids=[a["job_id"]]))
         rec = recs[0] if recs else None
         return {"cluster_status": None, "job_status": _status_text(rec["status"]) if rec else None}
-    recs = sky.get(sky.status(cluster_names=[a["cluster"]]))
+    # refreshed: without it SkyPilot answers from its cache, where a preempted cluster is still UP
+    recs = sky.get(sky.status(cluster_names=[a["cluster"]], refresh=sky.StatusRefreshMode.FORCE))
     cluster = _status_text(recs[0]["status"]) if recs else None
     job = None
     if cluster is not None and a.get("job_id") is not None:
         job = _status_text(sky.get(sky.job_status(a["cluster"], [a["job_id"]])).get(a["job_id"]))
     return {"cluster_status": cluster, "job_status": job}
+
+
+def _live(sky, a):
+    """Which of the plan's clusters (or managed jobs) are still there, and their latest job."""
+    out = {}
+    if a.get("managed"):
+        ids = [j for j in a.get("jobs", {}).values() if j is not None]
+        recs = sky.get(sky.jobs.queue(refresh=False, skip_finished=False, job_ids=ids)) if ids else []
+        by_id = {r["job_id"]: _status_text(r["status"]) for r in recs}
+        for cluster, job_id in a.get("jobs", {}).items():
+            out[cluster] = {"cluster_status": None, "job_id": job_id, "job_status": by_id.get(job_id)}
+        return {"clusters": out}
+    recs = sky.get(sky.status(cluster_names=a["clusters"], refresh=sky.StatusRefreshMode.FORCE))
+    for rec in recs:
+        jobs = sky.get(sky.queue(rec["name"], skip_finished=False))
+        latest = max(jobs, key=lambda j: j["job_id"]) if jobs else None
+        out[rec["name"]] = {"cluster_status": _status_text(rec["status"]),
+                            "job_id": latest["job_id"] if latest else None,
+                            "job_status": _status_text(latest["status"]) if latest else None}
+    return {"clusters": out}
+
+
+def _logs(sky, a):
+    """A job's log so far (``follow`` false) or until it ends."""
+    if a.get("managed"):
+        rc = sky.jobs.tail_logs(job_id=a["job_id"], follow=bool(a.get("follow")))
+    else:
+        rc = sky.tail_logs(a["cluster"], a.get("job_id"), follow=bool(a.get("follow")))
+    return {"exit_code": rc}
 
 
 BUCKET_SYNC = {"s3": ["aws", "s3", "sync"], "gcs": ["gsutil", "-m", "rsync", "-r"]}
@@ -103,7 +137,7 @@ def _cost_report(sky, a):
 
 
 OPS = {"launch": _launch, "tail": _tail, "status": _status, "fetch": _fetch, "down": _down,
-       "cost_report": _cost_report}
+       "cost_report": _cost_report, "live": _live, "logs": _logs}
 
 
 def main(argv):

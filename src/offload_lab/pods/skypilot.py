@@ -38,11 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from offload_lab.campaigns.runner import Campaign
 from offload_lab.core.errors import InputError
 from offload_lab.core.paths import DATA_DIR
-from offload_lab.pods.plan import PodPart, PodPlan, part_campaign_text
+from offload_lab.pods.left import NOTHING_LEFT
+from offload_lab.pods.plan import PodPart, PodPlan, part_campaign_text, part_stacks
 from offload_lab.server import multinode
 from offload_lab.server.spec import StackFile, unpinned_items
 
 LAB = ".venvs/lab/bin/offload-lab"
+PY = ".venvs/lab/bin/python"
 REMOTE_OUT = "/offload-lab-out"
 PART_CAMPAIGNS = "data/.pod-campaigns"  # under data/: the manifests' git state ignores it
 SKY_CHECK = Path(__file__).with_name("sky_check.py")
@@ -122,12 +124,21 @@ def _resources(pod: multinode.PodSpec) -> dict[str, Any]:
     return r
 
 
-def _campaign_command(plan: PodPlan, part: PodPart, part_file: str | None) -> str:
+def _campaign_command(plan: PodPlan, part: PodPart, part_file: str | None, only_var: str | None = None) -> str:
     # --json: one progress event a line (experiment started, counts, done), which `pod launch` follows
     args = [LAB, "campaign", "run", part_file or plan.campaign_file, "--data-dir", DATA_DIR, "--json"]
-    if part.only:
+    if only_var is None and part.only:
         args += ["--only", ",".join(part.only)]
-    return " ".join(shlex.quote(a) for a in args)
+    line = " ".join(shlex.quote(a) for a in args)
+    return line + (f' --only "${only_var}"' if only_var else "")
+
+
+def _skip_done(plan: PodPlan, part: PodPart, part_file: str | None) -> list[str]:
+    """Before the campaign, on a pod that starts from the bucket's data (a managed job recovered after a
+    preemption reruns the whole task): what is left of the part (pods/left.py), so nothing done is run again."""
+    given = json.dumps({"plan": plan.model_dump(), "part": part.model_dump()})
+    return [f"left=$({PY} -m offload_lab.pods.left {shlex.quote(part_file or plan.campaign_file)} {DATA_DIR} "
+            "<<'OFFLOAD_LAB_PART'", given, "OFFLOAD_LAB_PART", ")"]
 
 
 def _run_lines(plan: PodPlan, part: PodPart, spec: StackFile, campaign_text: str | None,
@@ -145,11 +156,20 @@ def _run_lines(plan: PodPlan, part: PodPart, spec: StackFile, campaign_text: str
         body.append(f"if [ -d {dest} ]; then mkdir -p data/{plan.campaign} && "
                     f"rsync -a {dest} data/{plan.campaign}/; fi")
         # each run reaches the bucket soon after it is written, not only at the end: a preempted pod loses little
-        body.append(f"mkdir -p {dest} && (while sleep {SYNC_EVERY_S}; do rsync -a data/{plan.campaign}/ {dest}; "
-                    "done) & sync_pid=$!")
-    body.append(f"{_campaign_command(plan, part, part_file)} && rc=0 || rc=$?")
+        # (`A && (loop) &` would background the whole list: $! its outer shell, and a kill would leave the loop
+        # running, holding the job's log open: the job never ends. The loop alone is backgrounded, its output not
+        # in the log.)
+        body.append(f"mkdir -p {dest}")
+        body.append(f"(while sleep {SYNC_EVERY_S}; do rsync -a data/{plan.campaign}/ {dest}; done) >/dev/null 2>&1 "
+                    "& sync_pid=$!")
     if opts.bucket:
-        body.append("kill $sync_pid 2>/dev/null || true")
+        body += _skip_done(plan, part, part_file)
+        body.append(f'if [ "$left" = "{NOTHING_LEFT}" ]; then echo "everything of this part is in the bucket already"; '
+                    f"rc=0; else {_campaign_command(plan, part, part_file, 'left')} && rc=0 || rc=$?; fi")
+    else:
+        body.append(f"{_campaign_command(plan, part, part_file)} && rc=0 || rc=$?")
+    if opts.bucket:
+        body.append("kill $sync_pid 2>/dev/null; wait $sync_pid 2>/dev/null")
         # a failed copy fails the job (exit 5) unless the campaign had already failed
         body.append(f"mkdir -p {dest} && rsync -a data/{plan.campaign}/ {dest} || "
                     '{ echo "copy to the bucket failed" >&2; [ "$rc" != 0 ] || rc=5; }')
@@ -166,13 +186,51 @@ def _run_lines(plan: PodPlan, part: PodPart, spec: StackFile, campaign_text: str
             *multinode.head_commands(spec, "$HEAD_IP"), *body]
 
 
+def install_command(stack_file: str, allow_unpinned: bool) -> str:
+    return f"{LAB} stack install {shlex.quote(stack_file)}" + (" --allow-unpinned" if allow_unpinned else "")
+
+
+def _machine(pod: multinode.PodSpec) -> tuple[str, int, int]:
+    return pod.accelerator, pod.count, pod.nodes
+
+
+def stacks_for(plan: PodPlan, part: PodPart, spec: StackFile, campaign: Campaign, opts: TaskOptions) -> list[str]:
+    """The stacks the part's pod installs: every one its share of the campaign boots or serves. InputError, before
+    anything is rented, for one the pod could not install or run: missing, unpinned (without --allow-unpinned), or
+    made for another machine than the one the plan rents."""
+    from offload_lab.server import stack as stackmod
+
+    rented = pod_of(spec, plan.stack_file)
+    needed = part_stacks(campaign, plan, part)
+    for rel in needed:
+        if rel == plan.stack_file:
+            continue
+        try:
+            other = stackmod.load_stack(campaign.root / rel, root=campaign.root).spec
+        except InputError as e:
+            raise InputError(f"pod {part.cluster} of the plan boots stack file {rel}, which does not load: {e}") from e
+        check_pinned(other, rel, opts.allow_unpinned)
+        if other.pod is not None and _machine(other.pod) != _machine(rented):
+            have, want = _machine(rented), _machine(other.pod)
+            raise InputError(f"pod {part.cluster} rents {have[2]} x {have[0]}:{have[1]} ({plan.stack_file}) but its "
+                             f"share of campaign {plan.campaign} boots {rel}, made for {want[2]} x {want[0]}:"
+                             f"{want[1]}; plan those experiments apart (--only) with --stack {rel}")
+    return needed
+
+
+def missing_installs(task: dict[str, Any], needed: list[str]) -> list[str]:
+    """The stacks a task's pod needs and its setup does not install (a task file written by an older plan)."""
+    setup = str(task.get("setup") or "")
+    return [s for s in needed if f"stack install {shlex.quote(s)}" not in setup]
+
+
 def task_dict(plan: PodPlan, part: PodPart, spec: StackFile, campaign: Campaign, opts: TaskOptions) -> dict[str, Any]:
-    """The SkyPilot task of one pod of the plan."""
+    """The SkyPilot task of one pod of the plan: setup installs every stack its part boots or serves, and the run
+    uses the planned stack wherever the campaign uses its own."""
     pod = pod_of(spec, plan.stack_file)
     check_pinned(spec, plan.stack_file, opts.allow_unpinned)
-    install = f"{LAB} stack install {shlex.quote(plan.stack_file)}" + (" --allow-unpinned" if opts.allow_unpinned
-                                                                       else "")
-    setup = ["set -euo pipefail", *pod.bootstrap, "make lab-env", install]
+    setup = ["set -euo pipefail", *pod.bootstrap, "make lab-env",
+             *(install_command(s, opts.allow_unpinned) for s in stacks_for(plan, part, spec, campaign, opts))]
     task: dict[str, Any] = {
         "name": part.cluster,
         "num_nodes": pod.nodes,
@@ -190,7 +248,8 @@ def task_dict(plan: PodPlan, part: PodPart, spec: StackFile, campaign: Campaign,
     if opts.bucket:
         task["file_mounts"] = {REMOTE_OUT: {"name": opts.bucket, "store": opts.store, "mode": "MOUNT"}}
     task["setup"] = "\n".join(setup) + "\n"
-    task["run"] = "\n".join(_run_lines(plan, part, spec, part_campaign_text(campaign, part), opts)) + "\n"
+    text = part_campaign_text(campaign, part, plan.stack_file)
+    task["run"] = "\n".join(_run_lines(plan, part, spec, text, opts)) + "\n"
     return task
 
 
@@ -210,10 +269,31 @@ def task_yaml(task: dict[str, Any]) -> str:
     return yaml.dump(task, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
-def commands(plan: PodPlan, out_dir: str, opts: TaskOptions, autodown_minutes: int) -> dict[str, list[str]]:
+def _bucket_fetch(plan: PodPlan, out_dir: str, opts: TaskOptions) -> list[str]:
+    if opts.store == "s3":
+        return [f"aws s3 sync s3://{opts.bucket}/{plan.plan_id}/{p.cluster}/ {out_dir}/{p.cluster}/data/"
+                for p in plan.parts]
+    return [f"# copy {opts.store}://{opts.bucket}/{plan.plan_id}/{p.cluster}/ to {out_dir}/{p.cluster}/data/"
+            for p in plan.parts]
+
+
+def commands(plan: PodPlan, out_dir: str, opts: TaskOptions, autodown_minutes: int,
+             spot: bool = False) -> dict[str, list[str]]:
     """What to type on the laptop: launch, watch, fetch, report, down, merge, and the analysis after the merge."""
     sec = "".join(f" --secret {s}" for s in opts.secrets)
     clusters = " ".join(p.cluster for p in plan.parts)
+    if spot:
+        # managed jobs: SkyPilot recovers a preempted pod on a new one; the runs come home through the bucket
+        return {
+            "launch": [f"sky jobs launch -y -d -n {p.cluster} {out_dir}/{p.cluster}.yaml{sec}" for p in plan.parts],
+            "watch": [f"sky jobs logs -n {p.cluster}" for p in plan.parts] + ["sky jobs queue"],
+            "fetch": _bucket_fetch(plan, out_dir, opts),
+            "report": [f"sky cost-report -o json --days 0 > {out_dir}/cost-report.json"],
+            "down": [f"sky jobs cancel -y -n {p.cluster}" for p in plan.parts],
+            "merge": [f"offload-lab pod merge {out_dir} --data-dir data --cost-report {out_dir}/cost-report.json"],
+            "after_merge": ([f"offload-lab campaign run {plan.campaign_file} --data-dir data --only "
+                             f"{','.join(plan.after_merge)}"] if plan.after_merge else []),
+        }
     # With a bucket the data is safe when the job ends: down at once. Without, the pod waits `autodown_minutes`
     # idle for the rsync. (SkyPilot never autodowns a cluster whose setup failed: `sky status` shows it.)
     down = "--down" if opts.bucket else f"-i {autodown_minutes} --down"

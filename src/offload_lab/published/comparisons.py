@@ -33,6 +33,9 @@ class Comparison:
     high: float | None = None
     note: str = ""  # why the two differ, where they do
     printed: str | None = None  # the published value as the source printed it ("39%", "2,723")
+    # The published figure was one of the constraints that fixed an input of the recomputation (the seats by volume
+    # fix the inferred week): the two agree by construction, and the difference says nothing.
+    by_construction: bool = False
 
     @property
     def difference(self) -> float:
@@ -40,8 +43,8 @@ class Comparison:
 
     def row(self) -> list[str]:
         rng = "" if self.low is None or self.high is None else f"{self.fmt(self.low)} to {self.fmt(self.high)}"
-        return [self.what, self.printed or self.fmt(self.published), self.fmt(self.recomputed), rng,
-                fmt_signed(self.fmt)(self.difference), self.unit]
+        diff = "by construction" if self.by_construction else fmt_signed(self.fmt)(self.difference)
+        return [self.what, self.printed or self.fmt(self.published), self.fmt(self.recomputed), rng, diff, self.unit]
 
 
 COLUMNS = ["Figure", "Published", "Recomputed", "Range", "Difference", "Unit"]
@@ -74,7 +77,9 @@ def seat_comparisons(figures: Mapping[str, Mapping[str, Any]], volume: pd.DataFr
         r = row.iloc[0]
         out.append(Comparison(key, what, p, _floor(r["seats_by_volume"]), "developers", fmt_int,
                               low=_floor(r["seats_by_volume_high"]) if "seats_by_volume_high" in r else None,
-                              high=_floor(r["seats_by_volume_low"]) if "seats_by_volume_low" in r else None))
+                              high=_floor(r["seats_by_volume_low"]) if "seats_by_volume_low" in r else None,
+                              # an inferred week is fixed by these very figures (seats.joint)
+                              by_construction=str(r.get("split", "")) == "inferred"))
     for key, alpha, what in (("seats_alpha_1pct", 0.01, "Developers one pod serves by concurrency, α = 1%"),
                              ("seats_alpha_5pct", 0.05, "Developers one pod serves by concurrency, α = 5%")):
         p = _value(figures, key)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from offload_lab.core import paths, runs
+from offload_lab.core import paths, runs, timescale
 from offload_lab.core.errors import InputError
 from offload_lab.load.bar import bar_of, margin_of
 from offload_lab.published import transcription as published
@@ -39,9 +39,9 @@ from offload_lab.seats import capacity
 from offload_lab.seats.profile import UsageProfile, profile_timing
 from offload_lab.seats.usage_export import load_usage
 from offload_lab.server.stack import load_stack
+from offload_lab.core.runs import EVENTS
 
 REGIMES = "regimes.csv"
-EVENTS = "events.jsonl"
 CONTEXT_SUMMARY = "summary.csv"
 # The published figures set beside the measured ones (figures.json keys of the published run / transcription).
 BESIDE = ("streams_per_pod", "provisioning_streams", "agents_4_total_tok_s", "agents_4_streams", "prefill_prompt_tokens",
@@ -117,6 +117,11 @@ def streams_and_output(run_dir: Path, streams_from: str, regime: str | None, roo
     bar, margin = bar_of(params), margin_of(params)
     table = pd.read_csv(run_dir / REGIMES)
     table = table[table["regime"] == name].sort_values("streams")
+    scale = timescale.of_manifest(manifest)  # a rehearsal's accelerated pod: its rates back in pod time, once
+    if scale.accelerated:  # a request's tok/s is its reply's tokens over (tokens - 1) TPOTs
+        served = table["tok_s_median"].tolist()
+        table = table.assign(tok_s_median=[scale.to_pod(v, "tok_s", tokens=reply_tokens) for v in served])
+        back = dict(zip(table["streams"], (p / s if s else 1.0 for p, s in zip(table["tok_s_median"], served))))
     if table.empty:
         raise InputError(f"{run_dir / REGIMES} has no rows of regime {name}")
     streams = capacity.streams_at_bar(table["streams"].tolist(), table["tok_s_median"].tolist(), bar, margin)
@@ -128,11 +133,14 @@ def streams_and_output(run_dir: Path, streams_from: str, regime: str | None, roo
                          f"(the bar {bar:g} with the margin {margin:g}): a pod of this stack serves no seat")
     events_rel = f"{name}/{EVENTS}"
     out = level_output_tok_s(runs.read_events(run_dir / events_rel), streams)
+    if scale.accelerated:  # the level's output at the ratio its median stream's rate converts by
+        out = {**out, "tok_s": out["tok_s"] * back[streams], "tok_s_measured": out["tok_s"],
+               "time_scale": scale.record(), "converted": "x (pod / measured) median tok/s per stream at the level"}
     prov["pod_output_tok_s"] = {**file_ref(run_dir, events_rel, root), "level": streams,
                                 "formula": "output tokens arriving inside the level's window / the window's seconds",
                                 **{k: v for k, v in out.items() if k != "tok_s"}}
     prov["bar_tok_s"] = {"experiment": manifest.get("experiment"), "run_id": manifest.get("run_id"),
-                         "path": paths.relative_to_root(run_dir, root), "file": "manifest.json",
+                         "path": paths.relative_to_root(run_dir, root), "file": runs.MANIFEST,
                          "field": "parameters.bar_tok_s", "margin_field": "parameters.margin"}
     prov["turn_seconds"] = {"formula": "reply tokens / bar", "reply_tokens": reply_tokens,
                             "from": f"parameters of run {manifest.get('run_id')}"}
@@ -147,10 +155,15 @@ def prefill_rate(run_dir: Path, root: Path, prov: dict[str, Any]) -> float:
     if summary.empty:
         raise InputError(f"{run_dir / CONTEXT_SUMMARY} has no length with a successful request to time prefill by")
     row = summary.iloc[-1]
+    # a rehearsal's accelerated pod: the TTFT back in pod time, once, from the run's own record
+    scale = timescale.of_manifest(runs.load_manifest(run_dir))
+    ttft = scale.pod_ttft_s(float(row["ttft_median_s"]))
     prov["prefill_tok_s"] = {**file_ref(run_dir, CONTEXT_SUMMARY, root),
                              "formula": "context_tokens / ttft_median_s at the longest fresh prompt",
-                             "context_tokens": int(row["context_tokens"]), "ttft_median_s": float(row["ttft_median_s"])}
-    return float(row["context_tokens"]) / float(row["ttft_median_s"])
+                             "context_tokens": int(row["context_tokens"]), "ttft_median_s": ttft,
+                             **({"ttft_median_s_measured": float(row["ttft_median_s"]),
+                                 "time_scale": scale.record()} if scale.accelerated else {})}
+    return float(row["context_tokens"]) / ttft
 
 
 def pod_price(stack_record: dict[str, Any], price_stack: str | None, seat_currency: str, root: Path,

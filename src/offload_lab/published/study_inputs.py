@@ -26,6 +26,7 @@ QSource = Literal["published", "profile"]
 Source = Literal["published", "measured"]
 # Set only with ``source: measured`` (a published run carries its own).
 MEASURED_ONLY = ("seat_eur_per_month", "seat_price_source", "seat_alphas", "team_sizes")
+PUBLISHED_CURRENCY = "EUR"  # the study's prices (E12: "3.73 EUR an hour", "180 EUR a seat a month")
 
 
 class StudyParams(BaseModel):
@@ -82,6 +83,10 @@ class StudyParams(BaseModel):
         if self.source == "published" and given:
             raise ValueError(f"{given} are set by the published run with source: published; leave them out, or use "
                              "source: measured")
+        if self.source == "published" and self.seat_currency != PUBLISHED_CURRENCY:
+            # the published run's prices are the study's (E12, in EUR): another currency would relabel them
+            raise ValueError(f"seat_currency {self.seat_currency}: the published prices are in {PUBLISHED_CURRENCY} "
+                             "(E12); another currency applies with source: measured and a seat price in it")
         if self.source == "measured":
             missing = [k for k in MEASURED_ONLY if getattr(self, k) is None]
             if missing:

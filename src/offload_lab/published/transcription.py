@@ -14,21 +14,29 @@ transcribed from the published summary, naming the source, its sha256 and every 
 here: seats, pods, money and every other derived figure are computed later, by the ``capacity``, ``cost`` and
 ``ref_*`` experiments, from these files.
 
-When the summary is on this machine its sha256 must still be the one the transcription was checked against; a
-changed summary stops the run, since the figures may no longer match it. The summary is not part of the project:
-where it is absent the run transcribes all the same and records ``source_checked: false`` (never an error), and the
-reference paper's first page says whether its figures were checked (claim ``pub.source_checked``).
+The sources' texts ship with the package (``offload_lab/resources/published/``, :func:`source_text`): a
+transcription's ``source`` names its file there, and its sha256 must still be the one the transcription was checked
+against; a changed source stops the run, since the figures may no longer match it. A source named by a path that is
+not here (a transcription of another study) is transcribed all the same with ``source_checked: false``.
+
+Each figure says who published it (``by``: the study, the blog, an outside estimate the blog quotes, the community
+page) and whether its ``published`` words are the source's (``words: source``, each part a substring of the
+source's words, :func:`source_words`) or the transcription's summary of it (``words: transcription``: never printed
+as the source's words).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from importlib import resources
 
 from offload_lab.core import inputs, runs
 from offload_lab.core.errors import InputError
@@ -38,6 +46,16 @@ EXPERIMENT = "published"
 FIGURES = "figures.json"
 PROVENANCE = "provenance.json"
 PROVENANCE_KIND = "transcribed from the published summary"
+SOURCES_PACKAGE = "offload_lab.resources"  # resources/published/<file>: the sources' texts, shipped
+SOURCES_DIR = "published"
+# Who published a figure. The study's own figures; the blog's; an outside estimate the blog quotes; the community page.
+BY = ("the study", "the blog", "an outside estimate the blog quotes", "the community page")
+# Parts of a source file that are its transcriber's notes, not the source's words (resources/published/README.md):
+# sections under these headings, paragraphs that start so, and blocks that start so (to the next heading).
+NOTE_HEADINGS = ("Inconsistencies inside the sources",)
+NOTE_PARAGRAPHS = ("A measurement study served", "Units as published", "The published seat counts",
+                   "`published-study.md` holds", 'The "best home rig" page')
+NOTE_BLOCKS = ("Notes for whoever reproduces it",)
 
 
 Scalar = float | int | str
@@ -54,6 +72,9 @@ class Figure(BaseModel):
     as_published: str | None = Field(None, description="the number as printed, e.g. '7.1%': gives its rounding")
     qualifier: Literal["exact", "about", "at_most", "range", "approximate-words"] = "exact"
     status: Literal["published", "not_published"] = "published"
+    by: Literal[BY] = Field("the study", description="who published the figure")  # type: ignore[valid-type]
+    words: Literal["source", "transcription"] = Field(
+        "source", description="source: `published` quotes the source; transcription: it is the transcriber's summary")
 
     @model_validator(mode="after")
     def _value_matches_status(self) -> "Figure":
@@ -125,10 +146,60 @@ def _resolve(root: Path, p: str) -> Path:
     return q if q.is_absolute() else (root / q)
 
 
+def shipped_source(source: str) -> Path | None:
+    """The package's copy of a source (``resources/published/<its file name>``), or None."""
+    p = Path(str(resources.files(SOURCES_PACKAGE) / SOURCES_DIR / Path(source).name))
+    return p if p.is_file() else None
+
+
+def source_text(source: str, root: Path | None = None) -> str:
+    """A source's text: the file ``source`` names (relative to ``root``), else the package's copy."""
+    src = _resolve(Path(root), source) if root is not None else None
+    found = src if src is not None and src.is_file() else shipped_source(source)
+    if found is None:
+        raise InputError(f"the published source {source} is neither at that path nor shipped in the package "
+                         f"({SOURCES_PACKAGE}/{SOURCES_DIR})")
+    return found.read_text(encoding="utf-8")
+
+
+def source_words(text: str) -> str:
+    """A source file's text less its transcriber's notes (NOTE_PARAGRAPHS, and the parts under NOTE_HEADINGS, to the
+    next heading of the same level or above): what a figure's ``published`` words must be quoted from."""
+    kept: list[str] = []
+    skip_level: int | None = None
+    starts, note = True, False  # at the start of a paragraph; in a note paragraph
+    for line in text.splitlines():
+        m = re.match(r"^(#+)\s+(.*)", line)
+        if m:
+            level = len(m[1])
+            if skip_level is not None and level <= skip_level:
+                skip_level = None
+            if any(m[2].startswith(h) for h in NOTE_HEADINGS):
+                skip_level = level
+            elif level >= 2 and skip_level is None:  # the source's own section headings (not the file's title)
+                kept.append(m[2])
+            starts = True
+            continue
+        if not line.strip():
+            starts = True
+            continue
+        if starts:
+            note = line.lstrip().startswith(NOTE_PARAGRAPHS)
+            if line.lstrip().startswith(NOTE_BLOCKS):
+                skip_level = 6  # to the next heading
+            starts = False
+        if skip_level is None and not note:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def check_source(t: Transcription, root: Path) -> bool:
-    """True when the summary is here and unchanged, False when it is not on this machine; InputError if changed."""
+    """True when the source is here (at its path, or shipped in the package) and unchanged, False when it is
+    neither; InputError if changed."""
     src = _resolve(root, t.source).resolve()
     if not src.is_file():
+        src = shipped_source(t.source)
+    if src is None:
         return False
     actual = runs.sha256_file(src)
     if actual != t.source_sha256:

@@ -81,8 +81,9 @@ async def _post(client: httpx.AsyncClient, spec: endpoints.EndpointSpec, path: s
 
 
 def _prompt_tokens(resp: dict[str, Any] | None) -> int | None:
-    usage = (resp or {}).get("usage") or {}
-    return usage.get("prompt_tokens")
+    usage = endpoints.message_parts(resp)["usage"] if resp else None
+    value = (usage or {}).get("prompt_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 async def _rendered_prompt(client: httpx.AsyncClient, spec: endpoints.EndpointSpec, body: dict[str, Any],
@@ -96,8 +97,9 @@ async def _rendered_prompt(client: httpx.AsyncClient, spec: endpoints.EndpointSp
                                                                   "tokens": tok.json()["tokens"]},
                                 headers=headers, timeout=60)
         det.raise_for_status()
-        return det.json().get("prompt")
-    except (httpx.HTTPError, KeyError, ValueError):
+        prompt = det.json().get("prompt") if isinstance(det.json(), dict) else None
+        return prompt if isinstance(prompt, str) else None
+    except (httpx.HTTPError, KeyError, ValueError, TypeError, AttributeError):
         return None
 
 
@@ -152,8 +154,12 @@ async def _run(spec: endpoints.EndpointSpec, model: str, continuation_needed: bo
             report.checks.append(Check("thinking.off", ok, f"reasoning {len(reasoning)} chars, content "
                                                            f"{len(content)} chars: {content[:40]!r}"))
     bad = [f for f in finishes if f not in ("stop", "length")]
-    report.checks.append(Check("finish_reason", not bad and bool(finishes),
-                               f"finish reasons {finishes}"))
+    failed = [f"{r['canary']}: {r['error']}" for r in report.requests if r.get("error")]
+    detail = f"finish reasons {finishes}"
+    if failed:
+        # Say why a request had no finish reason at all (HTTP 500, 429, a timeout), not only that it had none.
+        detail += f"; {len(failed)} canary request(s) failed: " + "; ".join(f[:200] for f in failed[:3])
+    report.checks.append(Check("finish_reason", not bad and bool(finishes), detail))
     return report
 
 

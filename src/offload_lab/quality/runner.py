@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable
 import httpx
 
 from offload_lab.core import runs
+from offload_lab.core.redact import redact_text
+from offload_lab.load import responses
 from offload_lab.load.client import run_sync
 from offload_lab.quality import benchmarks, endpoints
 from offload_lab.quality.data import Item
@@ -54,11 +56,11 @@ async def post_with_retries(client: httpx.AsyncClient, spec: endpoints.EndpointS
             resp = await client.post(url, json=body, headers=headers, timeout=spec.timeout_s)
         except httpx.TimeoutException as e:
             result.attempts.append({"attempt": attempt, "error": f"timeout: {type(e).__name__}"})
-            result.status, result.error = "timeout", f"{type(e).__name__}: {e}"
+            result.status, result.error = "timeout", redact_text(f"{type(e).__name__}: {e}")
             continue
         except httpx.HTTPError as e:
-            result.attempts.append({"attempt": attempt, "error": f"{type(e).__name__}: {e}"})
-            result.status, result.error = "api_error", f"{type(e).__name__}: {e}"
+            result.attempts.append({"attempt": attempt, "error": redact_text(f"{type(e).__name__}: {e}")})
+            result.status, result.error = "api_error", redact_text(f"{type(e).__name__}: {e}")
             continue
         latency = time.monotonic() - t0
         result.http_status, result.latency_s = resp.status_code, latency
@@ -67,11 +69,19 @@ async def post_with_retries(client: httpx.AsyncClient, spec: endpoints.EndpointS
             try:
                 result.response = resp.json()
             except ValueError as e:
-                result.status, result.error = "api_error", f"response is not JSON: {e}"
+                result.status, result.error = "api_error", f"response is not JSON: {str(e)[:120]}"
+                continue
+            if not isinstance(result.response, dict):
+                # A server's answer is input: anything but an object is a failed call, never a crash later on.
+                result.status, result.error = "api_error", (
+                    f"response is a JSON {type(result.response).__name__}, not an object: "
+                    f"{responses.quote(resp.content)}")
+                result.response = None
                 continue
             result.status, result.error = "answered", None
             return result
-        result.status, result.error = "api_error", f"HTTP {resp.status_code}: {resp.text[:1000]}"
+        # A server's error text may quote the request's key (a proxy's error page): kept only once redacted.
+        result.status, result.error = "api_error", redact_text(f"HTTP {resp.status_code}: {resp.text[:1000]}")
         if resp.status_code not in RETRY_HTTP:
             return result
     return result
@@ -152,14 +162,18 @@ def resolve_model(spec: endpoints.EndpointSpec) -> str:
         return spec.model
     from offload_lab.core.errors import ServerError
 
+    from offload_lab.core.redact import redact_url
+
+    url = spec.base + spec.models_path()
     try:
         with httpx.Client(timeout=10.0) as c:
-            resp = c.get(spec.base + spec.models_path(), headers=spec.headers())
+            resp = c.get(url, headers=spec.headers())
             resp.raise_for_status()
-            data = resp.json().get("data") or []
     except httpx.HTTPError as e:
-        raise ServerError(f"endpoint {spec.label}: no OpenAI-compatible server answers at {spec.url} "
-                          f"({type(e).__name__}: {e}); start one or pass the right --endpoint") from e
+        raise ServerError(f"endpoint {spec.label}: no OpenAI-compatible server answers at {redact_url(spec.url)} "
+                          f"({type(e).__name__}: {redact_text(str(e))[:200]}); start one or pass the right "
+                          "--url") from None
+    data = responses.parse(responses.ModelList, resp.content, url).data
     if not data:
-        raise ServerError(f"endpoint {spec.label} at {spec.url} lists no model; pass --model")
-    return data[0]["id"]
+        raise ServerError(f"endpoint {spec.label} at {redact_url(spec.url)} lists no model; pass --model")
+    return data[0].id

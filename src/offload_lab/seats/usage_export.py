@@ -76,7 +76,10 @@ def _date(entry: dict[str, Any], fmt: ExportFormat, where: str) -> dt.date:
     if not isinstance(raw, str):
         raise ValueError(f"{where}: {key} must be a date (YYYY-MM-DD), not {raw!r}")
     try:
-        return dt.date.fromisoformat(raw[:10])
+        # A date, or a timestamp that starts with one (lastActivity): never a date followed by anything else.
+        if len(raw) == 10:
+            return dt.date.fromisoformat(raw)
+        return dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).date()
     except ValueError as e:
         raise ValueError(f"{where}: {key} {raw!r} is not a date (YYYY-MM-DD)") from e
 
@@ -147,9 +150,51 @@ def load_usage(path: Path | str, window_hours: float = 8.0, sessions: int | None
         raise InputError(f"usage file {p}: neither a profile (.yaml) nor a ccusage export (.json); the formats read "
                          "are the project's YAML profile and ccusage's daily and session JSON")
     data = read_json(p, "usage export", max_bytes=EXPORT_MAX_BYTES)
+    if is_team_export(data):
+        # never one developer's q from several developers' tokens: that q is the team's sum, not a person's
+        raise InputError(f"usage export {p} holds {len(data['developers'])} developers; give it to `capacity "
+                         "--profile` (several developers make a team there), or export one developer")
     fmt = detect_format(data)
     if fmt is None:
         raise InputError(f"usage export {p} is JSON but not a ccusage report: expected a \"daily\" or \"sessions\" "
                          "list (`ccusage daily --json`, `ccusage session --json`)")
     prof = profile_from_ccusage(data, str(p), window_hours, sessions, name=p.stem, sha256=sha)
     return prof, {"file": str(p), "sha256": sha, "format": fmt, "window_hours_assumed": window_hours}
+
+
+# --- a team: several developers -------------------------------------------------------------------------------------
+# A team export is ``{"developers": {name: <a ccusage daily or session export>, ...}}``; several files, each one
+# developer's export (or a team export), make a team too. Each developer keeps their own profile and q.
+
+
+def is_team_export(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("developers"), dict)
+
+
+def load_team_usage(paths: list[Path | str], window_hours: float = 8.0,
+                    sessions: int | None = None) -> list[tuple[str, UsageProfile, dict[str, Any]]]:
+    """(developer, profile, source) for every developer of the files: a profile YAML or a ccusage export is one
+    developer, a team export ``{"developers": {...}}`` is each of its entries."""
+    out: list[tuple[str, UsageProfile, dict[str, Any]]] = []
+    for path in paths:
+        p = Path(path)
+        require_file(p, "usage file", "give profiles, ccusage exports or a team export {\"developers\": {...}}")
+        if p.suffix.lower() == ".json":
+            data = read_json(p, "usage export", max_bytes=EXPORT_MAX_BYTES)
+            if is_team_export(data):
+                sha = runs.sha256_file(p)
+                if not data["developers"]:
+                    raise InputError(f"usage export {p}: its \"developers\" mapping is empty")
+                for name, export in data["developers"].items():
+                    where = f"{p} developer {name!r}"
+                    prof = profile_from_ccusage(export, where, window_hours, sessions, name=str(name), sha256=sha)
+                    out.append((str(name), prof, {"file": str(p), "sha256": sha, "developer": str(name),
+                                                  "format": detect_format(export)}))
+                continue
+        prof, source = load_usage(p, window_hours, sessions)
+        out.append((p.stem, prof, source))
+    names = [n for n, _, _ in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"developers {dup} appear more than once in the usage files; name each once")
+    return out

@@ -209,23 +209,36 @@ def parse_partition(text: str | None) -> list[int] | None:
 
 # --- what reaches the other nodes' workers ------------------------------------------------------------------------
 #
-# vLLM's Ray executor sets in each worker only what vllm/ray/ray_env.py's get_env_vars_to_copy returns: vLLM's own
-# registered variables, names with one of DEFAULT_ENV_VAR_PREFIXES, DEFAULT_EXTRA_ENV_VARS, and what the driver's
-# VLLM_RAY_EXTRA_ENV_VARS_TO_COPY / VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY add (comma-separated). A worker on
-# another node never sees any other variable of the server's environment: the plan's EXL3_HOST_EXPERTS would be
-# missing there, and that node would keep every expert on its GPUs, silently.
-RAY_COPIED_PREFIXES = ("VLLM_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_")
+# What the other nodes' workers see of the server's environment depends on vLLM's Ray executor (vLLM 0.32.0):
+# - RayExecutorV2, the default (vllm/envs.py VLLM_USE_RAY_V2_EXECUTOR_BACKEND, default "1";
+#   vllm/v1/executor/abstract.py picks it): the driver's whole os.environ (vllm/v1/executor/ray_env_utils.py
+#   get_driver_env_vars), less the worker-specific variables and ~/.config/vllm/ray_non_carry_over_env_vars.json,
+#   applied with setdefault: a value already set on the worker's node wins;
+# - the legacy RayDistributedExecutor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): only what vllm/ray/ray_env.py's
+#   get_env_vars_to_copy returns: vLLM's registered variables, names with one of DEFAULT_ENV_VAR_PREFIXES,
+#   DEFAULT_EXTRA_ENV_VARS, and what VLLM_RAY_EXTRA_ENV_VARS_TO_COPY / _PREFIXES_TO_COPY add (comma-separated). There
+#   the plan's EXL3_HOST_EXPERTS would be missing on the other nodes unless named.
+RAY_COPIED_PREFIXES = ("VLLM_", "FLASH_ATTENTION_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_")
 RAY_COPIED_NAMES = frozenset({"PYTHONHASHSEED"})
 RAY_EXTRA_VARS, RAY_EXTRA_PREFIXES = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+RAY_V2_SWITCH = "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"
 
 
 def _csv(text: str | None) -> set[str]:
     return {x.strip() for x in (text or "").split(",") if x.strip()}
 
 
+def ray_executor(env: dict[str, str | None]) -> str:
+    """``v2`` (vLLM 0.32's default: the driver's environment copied) or ``legacy`` (prefixes only)."""
+    value = env.get(RAY_V2_SWITCH)
+    return "legacy" if value is not None and value.strip() in ("0", "") else "v2"
+
+
 def not_forwarded_to_ray_workers(env: dict[str, str | None], inherited: list[str] | None = None) -> list[str]:
     """The variables of a server's environment (set ones, and ``inherited`` names) that vLLM's Ray executor would
-    not give its workers."""
+    not give its workers: none under the default executor (V2), the unnamed ones under the legacy one."""
+    if ray_executor(env) == "v2":
+        return []
     prefixes = RAY_COPIED_PREFIXES + tuple(sorted(_csv(env.get(RAY_EXTRA_PREFIXES))))
     named = RAY_COPIED_NAMES | _csv(env.get(RAY_EXTRA_VARS))
     names = [k for k, v in env.items() if v is not None] + list(inherited or [])
@@ -240,10 +253,12 @@ def check_ray_env(pod: PodSpec | None, env: dict[str, str | None], inherited: li
     if lost:
         have = env.get(RAY_EXTRA_VARS)
         fix = ",".join(sorted(_csv(have) | set(lost)))
-        raise InputError(f"stack file {stack_file}: the server runs over Ray across {pod.nodes} nodes, and vLLM's Ray "
-                         f"executor gives its workers only VLLM_*, NCCL_*, HF_* ... variables: {', '.join(lost)} "
-                         f"would not reach the workers on the other nodes (a plan there would be ignored, silently). "
-                         f"Add to server.env: {RAY_EXTRA_VARS}: \"{fix}\"")
+        raise InputError(f"stack file {stack_file}: the server runs over Ray across {pod.nodes} nodes with vLLM's "
+                         f"legacy Ray executor ({RAY_V2_SWITCH}=0), which gives its workers only VLLM_*, "
+                         f"FLASH_ATTENTION_*, NCCL_*, HF_* ... variables: {', '.join(lost)} would not reach the "
+                         f"workers on the other nodes (a plan there would not be read on those nodes). Add to "
+                         f"server.env: {RAY_EXTRA_VARS}: \"{fix}\", or leave {RAY_V2_SWITCH} unset (the default "
+                         "executor copies the driver's environment)")
 
 
 # --- Ray commands ------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ class KnownReader:
     formats: tuple[str, ...]
     env: str
     provenance: str
+    weight_formats: tuple[str, ...] = ()  # the weight formats (vLLM --quantization) whose layers read the plan
 
 
 # Keyed by the patch's path (a from_part patch's ``path``, or a ``file``'s name): a label ending with it is that
@@ -49,7 +50,9 @@ KNOWN_READERS: dict[str, KnownReader] = {
         provenance="0xSero/dsv41-flash-offload patches/vllm-exl3-host-dma.patch, as republished at "
                    "HamidYaraliOfficial/dsv41-flash-offload@cb98d7bd: _host_plan_for reads "
                    "json.load(open($EXL3_HOST_EXPERTS)) and looks each MoE layer up by its vLLM layer_name; "
-                   "pack/prepare_pack.py writes {\"model.layers.<N>.ffn.experts\": [ids]}"),
+                   "pack/prepare_pack.py writes {\"model.layers.<N>.ffn.experts\": [ids]}; the host DMA lives in "
+                   "vllm-exl3's EXL3 MoE method and moves EXL3 trellis tensors only",
+        weight_formats=("exl3",)),
 }
 
 

@@ -13,6 +13,7 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (finite as _finite, fmt_int, fmt_list_words, fmt_pct,
                                        fmt_sig)
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -40,11 +41,11 @@ for _key, _what, _fmt in (("initial_context_tokens", "Context each agent starts 
                           ("turn_new_tokens", "New tokens each turn adds", fmt_int),
                           ("output_tokens", "Tokens of each reply", fmt_int),
                           ("turns", "Turns each agent takes at a level", fmt_int)):
-    claim(f"agent.{_key}", experiment=AGENT, files=["manifest.json"], fmt=_fmt, unit="",
+    claim(f"agent.{_key}", experiment=AGENT, files=[MANIFEST], fmt=_fmt, unit="",
           description=_what)(lambda src, _k=_key: int(src.parameters[_k]))
 
 
-@claim("agent.streams", experiment=AGENT, files=["manifest.json"], fmt=fmt_list_words, unit="streams")
+@claim("agent.streams", experiment=AGENT, files=[MANIFEST], fmt=fmt_list_words, unit="streams")
 def _agent_streams(src: Sources) -> list[str]:
     """Numbers of agents at once the sweep ran."""
     return [str(int(n)) for n in src.parameters["streams"]]
@@ -89,7 +90,7 @@ def _agent_falloff(src: Sources) -> float:
     return 1 - float(t["tok_s_median"].iloc[-1]) / float(t["tok_s_median"].iloc[0])
 
 
-@claim("agent.held_phrase", experiment=AGENT, files=["verdicts.json", "regimes.csv", "manifest.json"], fmt="{}",
+@claim("agent.held_phrase", experiment=AGENT, files=["verdicts.json", "regimes.csv", MANIFEST], fmt="{}",
        unit="")
 def _agent_held(src: Sources) -> str:
     """Up to how many agents the bar held, in words."""

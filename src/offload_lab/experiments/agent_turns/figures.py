@@ -11,12 +11,13 @@ from offload_lab.load.sweep import draw_streams
 from offload_lab.paper.claims import Sources
 from offload_lab.paper.figures import FigureDef
 from offload_lab.paper.figures import figure as _figure
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, FigureDef] = {}
 figure = functools.partial(_figure, registry=SECTION)
 
 
-@figure("agent_turns_tok_s", experiment="agent_turns", files=["regimes.csv", "manifest.json"])
+@figure("agent_turns_tok_s", experiment="agent_turns", files=["regimes.csv", MANIFEST])
 def agent_turns_tok_s(src: Sources, ax: Any) -> None:
     """Agent turns: output tokens per second per stream against streams, with the bar."""
     draw_streams(ax, src.csv("regimes.csv"), bar_of(src.parameters))

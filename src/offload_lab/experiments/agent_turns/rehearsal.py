@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from offload_lab.core.runs import EVENTS
 from offload_lab.emulate.workload_time import PaceModel, reply_seconds
 
 
@@ -42,10 +44,12 @@ def compare(model: Any, run: Path) -> list[dict[str, Any]]:
         for what, pub, col in (("median", med, "tok_s_median"), ("p5", p5, "tok_s_p5")):
             rows.append({"figure": f"agent turns, {s} stream(s): {what} tok/s", "published": pub,
                          "emulated": None if got is None else got[col], "published_source": a.provenance[:40],
-                         "file": run / "regimes.csv"})
+                         "file": run / "regimes.csv", "as": "tok_s", "streams": 1,  # a rate per stream,
+                         "tokens": int(json.loads((run / "manifest.json").read_text())["parameters"]
+                                       .get("output_tokens") or 0) or None})  # over (reply - 1) TPOTs
     return rows
 
 
 def timing_events(run: Path) -> Path:
     """The events whose send stamps measure the client's own TPOT error in a rehearsal."""
-    return run / "agent_turns" / "events.jsonl"  # the sweep's regime folder
+    return run / "agent_turns" / EVENTS  # the sweep's regime folder

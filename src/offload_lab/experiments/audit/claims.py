@@ -12,6 +12,7 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_billions, fmt_gib, fmt_int, fmt_list_words, fmt_pct,
                                        fmt_sig)
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -125,13 +126,13 @@ def _kv_kind(src: Sources) -> str:
 
 # -- the plan --------------------------------------------------------------------------------------------------------
 
-@claim("plan.host_fraction", experiment=AUDIT, files=["manifest.json"], fmt=fmt_pct(0), unit="fraction")
+@claim("plan.host_fraction", experiment=AUDIT, files=[MANIFEST], fmt=fmt_pct(0), unit="fraction")
 def _host_fraction(src: Sources) -> float:
     """Share of routed experts the fixed-share plans move to host memory."""
     return float(src.parameters["host_fraction"])
 
 
-@claim("plan.host_categories", experiment=AUDIT, files=["manifest.json"], fmt=fmt_list_words, unit="")
+@claim("plan.host_categories", experiment=AUDIT, files=[MANIFEST], fmt=fmt_list_words, unit="")
 def _host_cats(src: Sources) -> list[str]:
     """Other tensors the plans move to host memory."""
     names = {"engram": "the Engram tables", "embedding": "the token embedding", "lm_head": "the output head"}
@@ -144,7 +145,7 @@ def _plan_fits(src: Sources) -> str:
     return "fits" if bool(_fit_row(src, "uniform")["fits"]) else "still does not fit"
 
 
-@claim("plan.reserve_gib", experiment=AUDIT, files=["manifest.json"], fmt=fmt_gib, unit="GiB")
+@claim("plan.reserve_gib", experiment=AUDIT, files=[MANIFEST], fmt=fmt_gib, unit="GiB")
 def _reserve(src: Sources) -> float:
     """Headroom the budget-fit plan keeps free on each GPU."""
     return float(src.parameters["reserve_gib"])

@@ -9,12 +9,13 @@ from typing import Any
 from offload_lab.paper.claims import Sources
 from offload_lab.paper.figures import FigureDef
 from offload_lab.paper.figures import figure as _figure
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, FigureDef] = {}
 figure = functools.partial(_figure, registry=SECTION)
 
 
-@figure("audit_fit", experiment="audit", files=["fit.csv", "manifest.json"], size_in=(6.0, 2.2))
+@figure("audit_fit", experiment="audit", files=["fit.csv", MANIFEST], size_in=(6.0, 2.2))
 def audit_fit(src: Sources, ax: Any) -> None:
     """What each GPU must hold of the study-scale layout, with no plan and with each plan, against its usable
     memory."""

@@ -42,9 +42,9 @@ from offload_lab.fit import routing
 from offload_lab.core import progress, runs
 from offload_lab.fit import synthetic
 from offload_lab.core.errors import InputError
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "audit"
-EVENTS = "events.jsonl"
 BENCHMARKS = "benchmarks.csv"
 GENERATORS_CSV = "generators.csv"
 FIT_CSV = "fit.csv"

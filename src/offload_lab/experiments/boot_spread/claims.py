@@ -12,6 +12,7 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_pct,
                                        fmt_sig, plural, table_value, words as _words)
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -58,7 +59,7 @@ def _spread_boots_words(src: Sources) -> str:
     return plural(int(_spread(src)["boots"].max()), "boot")
 
 
-@claim("spread.experiment", experiment=SPREAD, files=["manifest.json"], fmt="{}", unit="")
+@claim("spread.experiment", experiment=SPREAD, files=[MANIFEST], fmt="{}", unit="")
 def _spread_exp(src: Sources) -> str:
     """The experiment repeated after each boot."""
     name = str(src.parameters.get("experiment", "context_repeat"))
@@ -71,7 +72,7 @@ def _spread_n(src: Sources) -> int:
     return int(_spread(src)["n_min"].min())
 
 
-@claim("spread.permutations", experiment=SPREAD, files=["manifest.json"], fmt=fmt_int, unit="permutations")
+@claim("spread.permutations", experiment=SPREAD, files=[MANIFEST], fmt=fmt_int, unit="permutations")
 def _spread_perms(src: Sources) -> int:
     """Shuffles of the boot labels behind each permutation p."""
     return int(src.parameters.get("permutations", 10_000))
@@ -89,10 +90,67 @@ for _m in ("tpot_ms", "ttft_s"):
                       "groups")(lambda src, _m=_m: _range_words(_spread(src, _m)["icc"], lambda v: f"{float(v):.2f}"))
 
 
-@claim("spread.verdict", experiment=SPREAD, files=["boot_spread.csv", "manifest.json"], fmt="{}", unit="")
-def _spread_verdict(src: Sources) -> str:
-    """Whether the per-boot medians differ by more than the requests' own spread explains, per metric, in words."""
+def _busy(f: pd.DataFrame) -> int:
+    """Boots measured while another vLLM server ran on the same machine (0 when none, or not recorded)."""
+    col = pd.to_numeric(f.get("boots_with_other_servers", pd.Series(dtype=float)), errors="coerce")
+    return int(col.max()) if col.notna().any() else 0
+
+
+@claim("spread.judged", experiment=SPREAD, files=["boot_spread.csv"], fmt="{}", unit="")
+def _spread_judged(src: Sources) -> str:
+    """"yes" when no boot was measured beside another vLLM server on its machine, "no" otherwise: then the spread
+    between boots mixes the boots with the other servers' load, and no verdict is given."""
+    return "no" if _busy(_spread(src)) else "yes"
+
+
+def _sd_range(g: pd.DataFrame, col: str, unit: str) -> str:
+    vals = pd.to_numeric(g[col], errors="coerce").dropna()
+    return _range_words(vals, fmt_sig(2)) + f" {unit}" if not vals.empty else "not measured"
+
+
+@claim("spread.structure", experiment=SPREAD, files=["boot_spread.csv"], fmt="{}", unit="")
+def _spread_structure(src: Sources) -> str:
+    """Where the boots ran and which spreads that lets the data tell apart, each with its count: between machines
+    (the pods' medians), between boots on one machine, within a boot (requests), for TPOT (else the first metric)."""
     f = _spread(src)
+    metric = "tpot_ms" if (f["metric"] == "tpot_ms").any() else str(f["metric"].iloc[0])
+    g = f[f["metric"] == metric]
+    unit, name = str(g["unit"].iloc[0] or ""), METRIC_WORDS.get(metric, metric)
+    boots = int(g["boots"].max())
+    pods = int(pd.to_numeric(g.get("pods", pd.Series([1])), errors="coerce").fillna(1).max())
+    within = (f"within a boot, the SD of {name} over the requests was {_sd_range(g, 'within_sd_pooled', unit)} "
+              f"({fmt_int(int(g['n_total'].min()))} requests or more per context length)")
+    if pods <= 1:
+        return (f"all {plural(boots, 'boot')} ran on one machine, so the spread between them is the spread after a "
+                f"restart; no spread between machines is held; {within}")
+    between_pods = f"between machines, the SD of the {fmt_int(pods)} machines' medians was " \
+                   f"{_sd_range(g, 'between_pod_sd', unit)}"
+    if pods >= boots:
+        return (f"the {plural(boots, 'boot')} ran on {fmt_int(pods)} machines of the same kind, one boot each, so the "
+                f"spread between boots is the spread between machines and the spread after a restart on one machine "
+                f"is not measured apart from it; {between_pods}; {within}")
+    return (f"the {plural(boots, 'boot')} ran on {fmt_int(pods)} machines of the same kind; {between_pods}; between "
+            f"boots on the same machine, the pooled SD of the boots' medians was "
+            f"{_sd_range(g, 'between_boot_within_pod_sd', unit)}; {within}")
+
+
+@claim("spread.narrower", experiment=SPREAD, files=["boot_spread.csv"], fmt="{}", unit="")
+def _spread_narrower(src: Sources) -> str:
+    """The metrics for which an interval from a single boot is narrower than the uncertainty about the next boot, in
+    words; "none" when there is none, or when no verdict is given (boots shared their machine with other servers)."""
+    return "none" if _busy(_spread(src)) else _spread_sig(src)
+
+
+@claim("spread.verdict", experiment=SPREAD, files=["boot_spread.csv", MANIFEST], fmt="{}", unit="")
+def _spread_verdict(src: Sources) -> str:
+    """Whether the per-boot medians differ by more than the requests' own spread explains, per metric, in words;
+    no verdict when boots were measured beside another vLLM server on their machine."""
+    f = _spread(src)
+    busy = _busy(f)
+    if busy:
+        boots = fmt_int(int(f["boots"].max()))
+        return (f"no verdict: {fmt_int(busy)} of the {boots} boots were measured while another "
+                "vLLM server ran on the same machine, so the spread between boots mixes the boots with that load")
     parts = []
     for metric, g in f.groupby("metric", sort=True):
         name = METRIC_WORDS.get(str(metric), str(metric))
@@ -114,8 +172,11 @@ def _spread_verdict(src: Sources) -> str:
 @claim("spread.significant", experiment=SPREAD, files=["boot_spread.csv"], fmt="{}", unit="")
 def _spread_sig(src: Sources) -> str:
     """The metrics whose per-boot medians differ by more than the spread within a boot explains (permutation p below
-    0.05 at some context length), in words, or "none"."""
+    0.05 at some context length), in words, or "none"; "not judged" when boots shared their machine with other
+    servers."""
     f = _spread(src)
+    if _busy(f):
+        return "not judged"
     names = [METRIC_WORDS.get(str(m), str(m)) for m, g in f.groupby("metric", sort=True)
              if (g["permutation_p"] < 0.05).any()]
     return fmt_list_words(names)

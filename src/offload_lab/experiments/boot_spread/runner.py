@@ -142,7 +142,7 @@ def collect(data_root: Path | str, campaign: str, experiment: str, session: str 
         loads = [x for x in ((starts.get("loadavg") or [None])[0], (ends.get("loadavg") or [None])[0],
                              during.get("load_1m_max")) if x is not None]
         busy = {"load_1m_max": max(loads, default=None), "vllm_servers_max": max(servers, default=None)}
-        for e in runs.read_events(run_dir / "events.jsonl"):
+        for e in runs.read_events(run_dir / runs.EVENTS):
             if e.get("kind") != "request" or not e.get("ok") or e.get("prompt_length_mismatch"):
                 continue
             row = {"boot": boot, "boot_run": Path(m["boot"]["run"] or "").name, "run_id": m["run_id"], "pod": pod,
@@ -281,7 +281,7 @@ def run_analysis(run: runs.Run, data_root: Path | str, campaign: str, params: Sp
     per, sp, meta = analyze(data_root, campaign, params)
     run.write_table(PER_BOOT, per)
     run.write_table(SPREAD, sp)
-    sources = [{**r, "events_sha256": runs.sha256_file(Path(r["run"]) / "events.jsonl")} for r in meta["runs"]]
+    sources = [{**r, "events_sha256": runs.sha256_file(Path(r["run"]) / runs.EVENTS)} for r in meta["runs"]]
     run.update(analysed={"experiment": params.experiment, "session": meta["session"], "sessions": meta["sessions"],
                          "plan": meta["plan"], "pods": meta["pods"], "runs": sources})
     return sp

@@ -11,6 +11,7 @@ from offload_lab.paper.claims import ClaimDef, RunSet, Sources
 from offload_lab.server.boots import BOOTS, boot_records
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (finite as _finite, fmt_int, fmt_list_words, fmt_sig, plural, table_value)
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -31,21 +32,21 @@ OUTCOME_WORDS = {
 }
 
 
-@claim("boots.count", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt=fmt_int,
+@claim("boots.count", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt=fmt_int,
        unit="boots")
 def _boot_count(src: RunSet) -> int:
     """Server starts the campaign recorded, whatever their outcome."""
     return len(boot_records(src))
 
 
-@claim("boots.ready", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt=fmt_int,
+@claim("boots.ready", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt=fmt_int,
        unit="boots")
 def _boot_ready(src: RunSet) -> int:
     """Server starts that became ready."""
     return sum(1 for b in boot_records(src) if b["outcome"] == "ready")
 
 
-@claim("boots.outcomes", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}", unit="")
+@claim("boots.outcomes", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}", unit="")
 def _boot_outcomes(src: RunSet) -> str:
     """What the boots came to, in words: every outcome with its count."""
     boots = boot_records(src)
@@ -58,13 +59,13 @@ def _boot_outcomes(src: RunSet) -> str:
     return fmt_list_words(parts)
 
 
-@claim("boots.all_ready", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}", unit="")
+@claim("boots.all_ready", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}", unit="")
 def _boot_all_ready(src: RunSet) -> str:
     """Whether every boot became ready ("yes"/"no"), for text that depends on it."""
     return "yes" if all(b["outcome"] == "ready" for b in boot_records(src)) else "no"
 
 
-@claim("boots.probe_words", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}",
+@claim("boots.probe_words", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}",
        unit="")
 def _boot_probe(src: RunSet) -> str:
     """Whether the boots that became ready were also checked with a probe request, in words."""
@@ -83,7 +84,7 @@ def _boot_probe(src: RunSet) -> str:
             f"{'all' if answered == len(probed) else answered} of those answered it")
 
 
-@claim("boots.startup_range", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}",
+@claim("boots.startup_range", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}",
        unit="s")
 def _boot_range(src: RunSet) -> str:
     """Seconds from start to ready over the ready boots: one value, or the range."""
@@ -137,7 +138,7 @@ def _boot_prefix(src: Sources) -> str:
     return "on" if "--enable-prefix-caching" in cmd else "left at the engine's default"
 
 
-@claim("boots.table", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", kind="table")
+@claim("boots.table", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", kind="table")
 def _boot_table(src: RunSet) -> dict[str, Any]:
     """Every boot of the campaign: when it started, what it came to, how long it took."""
     rows = []
@@ -150,7 +151,7 @@ def _boot_table(src: RunSet) -> dict[str, Any]:
 
 
 # ====================================================================================================================
-@claim("boots.count_words", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}", unit="")
+@claim("boots.count_words", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}", unit="")
 def _boots_words(src: RunSet) -> str:
     """The number of boots, in words."""
     return plural(len(boot_records(src)), "server start")

@@ -1,6 +1,7 @@
 """The cached-prefix experiment's files (its claims and its figure read these; the runner writes them)."""
 
+from offload_lab.core.runs import EVENTS  # noqa: F401  (the claims and figure read it from here)
+
 EXPERIMENT = "cached_prefix"
-EVENTS = "events.jsonl"
 LEVELS = "levels.csv"
 SUMMARY = "summary.json"

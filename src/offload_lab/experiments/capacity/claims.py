@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from offload_lab.paper.claims import NA
+from offload_lab.paper.claims import NA, NotApplicable
 from offload_lab.published.refclaims import CITES
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
 from offload_lab.paper.claims import claim as _claim
+from offload_lab.core.runs import MANIFEST
 
 CAP = "capacity"
 COST = "cost"
@@ -39,6 +40,8 @@ def fmt_list(value: Any) -> str:
 
 
 def _row(frame: Any, **where: Any) -> Any:
+    if "alpha" in where:
+        where["alpha"] = _alpha_of(frame, where["alpha"])
     sel = frame
     for col, val in where.items():
         sel = sel[(sel[col] - val).abs() < 1e-12] if isinstance(val, float) else sel[sel[col] == val]
@@ -49,6 +52,25 @@ def _row(frame: Any, **where: Any) -> Any:
 
 def _values(src: Sources) -> dict[str, Any]:
     return src.json("inputs.json")["values"]
+
+
+RULE, ALSO = "rule", "also"  # the seat rule's α and the second α reported: the campaign's, in that order
+
+
+def _alpha_of(frame: Any, which: Any) -> Any:
+    """The campaign's α: the runners write their rows α by α, the seat rule's first (a number passes through)."""
+    if which not in (RULE, ALSO):
+        return which
+    alphas = list(dict.fromkeys(float(a) for a in frame["alpha"]))
+    return alphas[0] if which == RULE else alphas[min(1, len(alphas) - 1)]
+
+
+def _team_rows(frame: Any, team: int) -> Any:
+    """The rows of a team the claim's name gives: a campaign that costs other teams makes the claim n/a (the text
+    speaks of its own teams through claims_teams)."""
+    if "team" in frame and not (frame["team"] == team).any():
+        raise NotApplicable(f"no team of {team} in this campaign")
+    return frame
 
 
 # -- capacity: inputs as used ---------------------------------------------------------------------------------------
@@ -88,10 +110,9 @@ def _teams(src: Sources) -> list[int]:
 
 def _team_size(rank: int) -> Callable[[Sources], int]:
     def f(src: Sources) -> int:
+        # any number of sizes: the smallest, the middle one and the largest (one size is all three)
         teams = sorted(int(t) for t in _values(src)["team_sizes"])
-        if len(teams) != 3:
-            raise ValueError(f"the text names a small, a medium and a large team; the study costs {teams}")
-        return teams[rank]
+        return teams[(0, len(teams) // 2, -1)[rank]]
 
     return f
 
@@ -172,39 +193,40 @@ for _name, _key, _fmt, _unit in (("profile.hours_generating_published", "hours_g
 
 # -- capacity: seats and pods ----------------------------------------------------------------------------------------
 
-def _seats_at(alpha: float) -> Callable[[Sources], int]:
+def _seats_at(alpha: Any) -> Callable[[Sources], int]:
     return lambda src: int(_row(src.csv("seats.csv"), alpha=alpha, rho=0.0)["seats"])
 
 
 claim("seats.alpha_1pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
-      description="The largest team one pod serves with α = 1% (binomial)")(_seats_at(0.01))
+      description="The largest team one pod serves with α = 1% (binomial)")(_seats_at(RULE))
 claim("seats.alpha_5pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
-      description="The largest team one pod serves with α = 5% (binomial)")(_seats_at(0.05))
+      description="The largest team one pod serves with α = 5% (binomial)")(_seats_at(ALSO))
 
 
-def _team_value(column: str, team: int, alpha: float) -> Callable[[Sources], Any]:
-    return lambda src: _row(src.csv("teams.csv"), alpha=alpha, team=team, label="published")[column]
+def _team_value(column: str, team: int, alpha: Any) -> Callable[[Sources], Any]:
+    return lambda src: _row(_team_rows(src.csv("teams.csv"), team), alpha=alpha, team=team, label="published")[column]
 
 
 for _n in (20, 100, 250):
     claim(f"pods.team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
-          description=f"Pods (streams pooled) for a team of {_n} with α = 1%")(_team_value("pods", _n, 0.01))
+          description=f"Pods (streams pooled) for a team of {_n} with α = 1%")(_team_value("pods", _n, RULE))
     claim(f"pods.team_{_n}_alpha_5pct", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
-          description=f"Pods (streams pooled) for a team of {_n} with α = 5%")(_team_value("pods", _n, 0.05))
+          description=f"Pods (streams pooled) for a team of {_n} with α = 5%")(_team_value("pods", _n, ALSO))
     claim(f"pods.partitioned_team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
           description=f"Pods for a team of {_n} with each developer pinned to one pod, α = 1%")(
-        _team_value("pods_partitioned", _n, 0.01))
+        _team_value("pods_partitioned", _n, RULE))
     claim(f"streams.team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="streams",
-          description=f"Streams a team of {_n} needs with α = 1%")(_team_value("streams_needed", _n, 0.01))
+          description=f"Streams a team of {_n} needs with α = 1%")(_team_value("streams_needed", _n, RULE))
 
 
 @claim("pods.team_250_overflow", experiment=CAP, files=["teams.csv"], fmt=fmt_pct_sig(2), unit="probability")
 def _overflow_250(src: Sources) -> float:
     """Chance that more of a team of 250 generate at once than its pods have streams (α = 1%)."""
-    return float(_row(src.csv("teams.csv"), alpha=0.01, team=250, label="published")["overflow_probability"])
+    return float(_row(_team_rows(src.csv("teams.csv"), 250), alpha=RULE, team=250,
+                      label="published")["overflow_probability"])
 
 
-@claim("pods.curve_max_team", experiment=CAP, files=["manifest.json"], fmt=fmt_int, unit="developers")
+@claim("pods.curve_max_team", experiment=CAP, files=[MANIFEST], fmt=fmt_int, unit="developers")
 def _curve_max_team(src: Sources) -> int:
     """Pods were computed for every team size up to this."""
     return int(src.parameters["max_team"])
@@ -255,24 +277,27 @@ def _rho_example(src: Sources) -> float:
     return float(src.parameters.get("rho_example", 0.05))
 
 
-@claim("correlation.rho_example", experiment=CAP, files=["manifest.json"], fmt="{:g}", unit="")
+@claim("correlation.rho_example", experiment=CAP, files=[MANIFEST], fmt="{:g}", unit="")
 def _rho(src: Sources) -> float:
     """The intra-team correlation the text uses as its example."""
     return _rho_example(src)
 
 
-@claim("correlation.seats_rho_example", experiment=CAP, files=["correlation.csv", "manifest.json"], fmt=fmt_int,
+@claim("correlation.seats_rho_example", experiment=CAP, files=["correlation.csv", MANIFEST], fmt=fmt_int,
        unit="developers")
 def _seats_rho(src: Sources) -> int:
     """The largest team one pod serves with α = 1% at the example correlation (beta-binomial)."""
-    return int(_row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=0.01)["seats_per_pod"])
+    return int(_row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=RULE)["seats_per_pod"])
 
 
-@claim("correlation.pods_team_250_rho_example", experiment=CAP, files=["correlation.csv", "manifest.json"],
+@claim("correlation.pods_team_250_rho_example", experiment=CAP, files=["correlation.csv", MANIFEST],
        fmt=fmt_int, unit="pods")
 def _pods_rho(src: Sources) -> int:
     """Pods for a team of 250 with α = 1% at the example correlation."""
-    return int(_row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=0.01)["pods_team_250"])
+    row = _row(src.csv("correlation.csv"), rho=_rho_example(src), alpha=RULE)
+    if "pods_team_250" not in row:
+        raise NotApplicable("no team of 250 in this campaign")
+    return int(row["pods_team_250"])
 
 
 @claim("correlation.rho_max", experiment=CAP, files=["correlation.csv"], fmt="{:g}", unit="")
@@ -285,13 +310,19 @@ def _rho_max(src: Sources) -> float:
 def _seats_rho_max(src: Sources) -> int:
     """The largest team one pod serves with α = 1% at the largest correlation tabulated."""
     f = src.csv("correlation.csv")
-    return int(_row(f, rho=float(f["rho"].max()), alpha=0.01)["seats_per_pod"])
+    return int(_row(f, rho=float(f["rho"].max()), alpha=RULE)["seats_per_pod"])
 
 
 # -- capacity: simulation --------------------------------------------------------------------------------------------
 
 def _sim(column: str, scenario: str) -> Callable[[Sources], Any]:
-    return lambda src: _row(src.csv("simulation.csv"), scenario=scenario)[column]
+    def f(src: Sources) -> Any:
+        frame = src.csv("simulation.csv")
+        if not (frame["scenario"] == scenario).any():  # shared_schedule runs only with a schedule_shape
+            raise NotApplicable(f"no {scenario} scenario was simulated")
+        return _row(frame, scenario=scenario)[column]
+
+    return f
 
 
 claim("sim.days", experiment=CAP, files=["simulation.csv"], fmt=fmt_int, unit="days",
@@ -345,14 +376,16 @@ claim("cost.break_even_seats", experiment=COST, files=["cost.json"], fmt=fmt_sig
 @claim("cost.break_even_team", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="developers")
 def _be_team(src: Sources) -> int:
     """The smallest team for which self-hosting costs no more than subscriptions (α = 1%)."""
-    v = src.json("cost.json")["break_even_team"]["0.01"]
-    if v is None:
-        raise ValueError("no team size breaks even")
+    c = src.json("cost.json")
+    v = c["break_even_team"][str(c.get("alpha", 0.01))]
+    if v is None:  # the text then says that no team breaks even at these prices
+        raise NotApplicable("no team size breaks even")
     return int(v)
 
 
-def _costed(column: str, team: int, alpha: float = 0.01) -> Callable[[Sources], Any]:
-    return lambda src: _row(src.csv("costed_teams.csv"), alpha=alpha, team=team, label="published")[column]
+def _costed(column: str, team: int, alpha: Any = RULE) -> Callable[[Sources], Any]:
+    return lambda src: _row(_team_rows(src.csv("costed_teams.csv"), team), alpha=alpha, team=team,
+                            label="published")[column]
 
 
 for _n in (20, 100, 250):
@@ -367,7 +400,7 @@ for _n in (20, 100, 250):
         _costed("eur_per_month_subscriptions", _n))
     claim(f"cost.saving_team_{_n}_alpha_5pct", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(1),
           unit="fraction", description=f"Share a team of {_n} saves by self-hosting with α = 5%")(
-        _costed("saving_fraction", _n, 0.05))
+        _costed("saving_fraction", _n, ALSO))
 
 
 @claim("cost.extra_team_20", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(0), unit="fraction")
@@ -386,6 +419,8 @@ def _sens(varied: str, factor: float | None, column: str, value: float | None = 
             t = t[(t["value"] - value).abs() < 1e-12]
         if len(t) != 1:
             raise ValueError(f"sensitivity.csv has {len(t)} rows for {varied} at {factor or value}")
+        if column not in t.columns:
+            raise NotApplicable(f"sensitivity.csv has no {column}: the campaign costs other teams")
         return t.iloc[0][column]
 
     return f
@@ -422,13 +457,13 @@ def _seats_alpha_strict(src: Sources) -> int:
     return int(_strictest_alpha_row(src)["seats_per_pod"])
 
 
-@claim("sensitivity.rho_example", experiment=COST, files=["manifest.json"], fmt="{:g}", unit="")
+@claim("sensitivity.rho_example", experiment=COST, files=[MANIFEST], fmt="{:g}", unit="")
 def _sens_rho(src: Sources) -> float:
     """The intra-team correlation the cost text quotes."""
     return float(src.parameters.get("rho_example", 0.05))
 
 
-@claim("sensitivity.saving_team_250_rho_example", experiment=COST, files=["sensitivity.csv", "manifest.json"],
+@claim("sensitivity.saving_team_250_rho_example", experiment=COST, files=["sensitivity.csv", MANIFEST],
        fmt=fmt_pct(1), unit="fraction")
 def _sens_rho_saving(src: Sources) -> float:
     """Saving of a team of 250 at the quoted intra-team correlation (α = 1%)."""

@@ -82,6 +82,8 @@ for _key, _rows, _files in (("volume_devs_full", _seats, SEAT_FILES), ("volume_d
             if _s == "published":
                 return c.printed or c.fmt(c.published)
             if _s == "difference":
+                if c.by_construction:
+                    raise NotApplicable(f"{_k} fixed the inferred week: the two agree by construction")
                 return fmt_signed(c.fmt)(c.difference)
             v = getattr(c, _s)
             if v is None:

@@ -13,6 +13,7 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_pct,
                                        fmt_sig, table_value, words as _words)
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -67,19 +68,19 @@ def held_phrase(verdicts: dict[str, Any], max_streams: dict[str, int], bar: floa
     return f"{names} {verb} the bar longest, up to {best} streams, and then lost it{tail}"
 
 
-@claim("concurrency.bar_tok_s", experiment=CONC, files=["manifest.json"], fmt="{:g}", unit="tokens/s")
+@claim("concurrency.bar_tok_s", experiment=CONC, files=[MANIFEST], fmt="{:g}", unit="tokens/s")
 def _bar(src: Sources) -> float:
     """The bar: median output tokens per second per stream."""
     return bar_of(src.parameters)
 
 
-@claim("concurrency.bar_ms", experiment=CONC, files=["manifest.json"], fmt="{:g}", unit="ms")
+@claim("concurrency.bar_ms", experiment=CONC, files=[MANIFEST], fmt="{:g}", unit="ms")
 def _bar_ms(src: Sources) -> float:
     """The bar as time per output token."""
     return 1000.0 / bar_of(src.parameters)
 
 
-@claim("concurrency.margin", experiment=CONC, files=["manifest.json"], fmt=fmt_pct(0), unit="fraction")
+@claim("concurrency.margin", experiment=CONC, files=[MANIFEST], fmt=fmt_pct(0), unit="fraction")
 def _margin(src: Sources) -> float:
     """Provisioning margin over the bar."""
     return margin_of(src.parameters)
@@ -91,13 +92,13 @@ def _n_regimes(src: Sources) -> int:
     return len(_verdicts(src))
 
 
-@claim("concurrency.streams", experiment=CONC, files=["manifest.json"], fmt=fmt_list_words, unit="streams")
+@claim("concurrency.streams", experiment=CONC, files=[MANIFEST], fmt=fmt_list_words, unit="streams")
 def _streams(src: Sources) -> list[str]:
     """Stream counts of the sweep."""
     return [str(int(n)) for n in src.parameters["streams"]]
 
 
-@claim("concurrency.requests_per_stream", experiment=CONC, files=["manifest.json"], fmt=fmt_int, unit="requests")
+@claim("concurrency.requests_per_stream", experiment=CONC, files=[MANIFEST], fmt=fmt_int, unit="requests")
 def _rps(src: Sources) -> int:
     """Requests each stream sends at a level."""
     return int(src.parameters["requests_per_stream"])
@@ -121,7 +122,7 @@ def _errors(src: Sources) -> int:
     return int(_regimes(src)["errors"].sum())
 
 
-@claim("concurrency.held_phrase", experiment=CONC, files=["verdicts.json", "regimes.csv", "manifest.json"], fmt="{}",
+@claim("concurrency.held_phrase", experiment=CONC, files=["verdicts.json", "regimes.csv", MANIFEST], fmt="{}",
        unit="")
 def _held(src: Sources) -> str:
     """Which regime held the bar longest, in words computed from the verdicts."""
@@ -150,7 +151,7 @@ def _prov_regime(src: Sources) -> str:
     return fmt_list_words([_words(r) for r, x in v.items() if int(x["provisioning_streams"]) == low])
 
 
-@claim("concurrency.table", experiment=CONC, files=["regimes.csv", "verdicts.json", "manifest.json"], kind="table")
+@claim("concurrency.table", experiment=CONC, files=["regimes.csv", "verdicts.json", MANIFEST], kind="table")
 def _conc_table(src: Sources) -> dict[str, Any]:
     """Per regime: prompt, cached share, what it held, and the per-stream rate at one stream and at the most."""
     t = _regimes(src)

@@ -11,6 +11,7 @@ from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_ratio, fmt_sig, trend_word
 
 from offload_lab.experiments.context.tables import SUMMARY, context_summary
+from offload_lab.core.runs import EVENTS, MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -49,28 +50,28 @@ def _context_n_min(src: Sources) -> int:
 
 def _request_events(src: Sources) -> list[dict[str, Any]]:
     # Older logs hold only requests and no "kind"; newer ones mark requests with kind="request".
-    return [e for e in src.events("events.jsonl") if e.get("kind", "request") == "request"]
+    return [e for e in src.events(EVENTS) if e.get("kind", "request") == "request"]
 
 
-@claim("context.events", experiment="context", files=["events.jsonl"], fmt=fmt_int, unit="requests")
+@claim("context.events", experiment="context", files=[EVENTS], fmt=fmt_int, unit="requests")
 def _context_events(src: Sources) -> int:
     """Requests sent, from the raw event log (failed ones included)."""
     return len(_request_events(src))
 
 
-@claim("context.requests_failed", experiment="context", files=["events.jsonl"], fmt=fmt_int, unit="requests")
+@claim("context.requests_failed", experiment="context", files=[EVENTS], fmt=fmt_int, unit="requests")
 def _context_failed(src: Sources) -> int:
     """Requests in the raw event log that failed or got a prompt of the wrong length."""
     return sum(1 for e in _request_events(src) if e.get("ok") is False or e.get("prompt_length_mismatch"))
 
 
-@claim("context.repeats", experiment="context", files=["manifest.json"], fmt=fmt_int, unit="repeats")
+@claim("context.repeats", experiment="context", files=[MANIFEST], fmt=fmt_int, unit="repeats")
 def _context_repeats(src: Sources) -> int:
     """Repeats per context length the run was asked for."""
     return int(src.parameters["repeats"])
 
 
-@claim("context.output_tokens", experiment="context", files=["manifest.json"], fmt=fmt_int, unit="tokens")
+@claim("context.output_tokens", experiment="context", files=[MANIFEST], fmt=fmt_int, unit="tokens")
 def _context_output_tokens(src: Sources) -> int:
     """Output tokens asked for per request."""
     return int(src.parameters["output_tokens"])

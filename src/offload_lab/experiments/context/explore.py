@@ -8,12 +8,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from offload_lab.core.runs import EVENTS
 from offload_lab.paper.explore import View, csv, events
 from offload_lab.paper.explore_plots import legend, lines, new_figure
 
 TABLES: dict[str, Callable[[Path], pd.DataFrame]] = {
     "context": csv("summary.csv"),
-    "requests": lambda d: events(d, "events.jsonl"),
+    "requests": lambda d: events(d, EVENTS),
 }
 COMPARE = [("context", "tpot_median_ms", "context_tokens")]
 

@@ -4,8 +4,7 @@ them). The summary's contract lives in :mod:`offload_lab.load.context_summary`, 
 from __future__ import annotations
 
 from offload_lab.load.context_summary import SUMMARY, context_summary
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "context"
-EVENTS = "events.jsonl"
-
 __all__ = ["EVENTS", "EXPERIMENT", "SUMMARY", "context_summary"]

@@ -88,6 +88,8 @@ def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: 
                             for a in inp.alphas},
         "alpha": inp.alpha,
         "alphas": inp.alphas,
+        # every price above is in the seat price's currency (a pod price in another one is refused upstream)
+        "currency": params.seat_currency,
     }
     run.write_json("cost.json", summary)
     run.write_table("costed_teams.csv", costed_teams(inp, prices))

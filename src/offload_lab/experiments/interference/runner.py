@@ -33,9 +33,9 @@ from offload_lab.load import client as load
 from offload_lab.load import prompts
 from offload_lab.experiments.interference.params import Params as InterferenceParams
 from offload_lab.load.endpoint import Endpoint
+from offload_lab.core.runs import EVENTS
 
 EXPERIMENT = "interference"
-EVENTS = "events.jsonl"
 SUMMARY = "summary.csv"
 
 

@@ -152,7 +152,8 @@ _1 = "{:,.1f}"
 _WORDS = lambda v: fmt_list_words(str(x) for x in v)  # noqa: E731
 declare_published(SECTION, (
     ("model_name", "{}"), ("pod_gpus", fmt_int), ("gpu_name", "{}"), ("gpu_memory_gb", fmt_int),
-    ("host_share_words", "{}"), ("params_total_b", _1), ("params_community_b", _1), ("params_active_b", _G),
+    ("host_share_words", "{}"), ("pods", fmt_int), ("params_total_b", _1), ("params_study_b", fmt_int),
+    ("params_community_b", _1), ("params_active_b", _G), ("quality_ci_level", fmt_pct(0)),
     ("moe_layers", fmt_int), ("experts_per_layer", fmt_int), ("routed_experts", fmt_int), ("experts_active", fmt_int),
     ("bf16_gb", _1), ("official_checkpoint_gib", _1), ("exl3_pack_gib", _1), ("exl3_expert_bits", fmt_int),
     ("engram_tables", fmt_int), ("engram_params_b", _1), ("engram_gib_1byte", fmt_int),
@@ -173,7 +174,9 @@ declare_published(SECTION, (
     ("week_hours_generating", _G), ("week_fraction_generating", fmt_pct(1)), ("week_decode_tok_s", fmt_int),
     ("week_window_hours", fmt_int), ("week_q", fmt_pct(1)),
     ("session_minutes", lambda v: fmt_list_words(f"{int(x)}" for x in v)), ("pod_cost_usd", _G),
-    ("api_cost_usd", "{:.2f}"), ("stop_rule_error_rate", fmt_pct(0)), ("stop_rule_requests", fmt_int),
+    # In cents, as published ("12 cents").
+    ("api_cost_usd", lambda v: f"{round(100 * float(v)):d}"), ("stop_rule_error_rate", fmt_pct(0)),
+    ("stop_rule_requests", fmt_int),
     ("stop_rule_errors", fmt_int), ("stop_rule_later_min_errors", fmt_int), ("e9_gpus", fmt_int),
     ("e9_usd_per_hour", "{:.2f}"), ("slowdown_causes", _WORDS), ("limit_quality_subsets", fmt_int),
 ))
@@ -192,9 +195,10 @@ declare_published(SECTION, (
     ("six_streams", lambda v: "zero one two three four five six seven eight nine ten".split()[int(v)].capitalize()), ("long_regimes_no_slower", "{}"),
     ("paper_pages", fmt_int),
     ("livebench_rank", lambda v: ("first" if int(v[0]) == 1 else f"number {int(v[0])}") + f" of {int(v[1])}"),
-    ("bf16_gb_from_parts", _1), ("four_agents_median_sum", fmt_int),
     ("cmm_params_b", _1), ("cmm_native_gb", fmt_int), ("cmm_ladder_rule", "{}"), ("cmm_offload_rule", "{}"),
     ("cmm_weights_warning", "{}"),
+    ("topology_pcie_gen", fmt_int), ("topology_pcie_lanes", fmt_int), ("topology_same", _WORDS),
+    ("topology_differ", _WORDS), ("rtx5090_gb", fmt_int),
     ("central_result", lambda v: f"{int(v[0])} by volume. {int(v[1])} by concurrency."),
 ))
 
@@ -284,7 +288,7 @@ def _recomputed(src: Sources, figures: dict[str, dict[str, Any]]) -> dict[str, s
         rows = (seat_comparisons(figures, src.csv("capacity:volume.csv"), src.csv("capacity:seats.csv"))
                 + cost_comparisons(figures, src.json("cost:cost.json"), src.csv("cost:costed_teams.csv")))
         for c in rows:
-            out.setdefault(c.key, c.fmt(c.recomputed))
+            out.setdefault(c.key, c.fmt(c.recomputed) + (" (by construction)" if c.by_construction else ""))
         by = {c.key: c for c in rows}
         if "volume_devs_full" in by and "seats_alpha_1pct" in by:
             out.setdefault("central_result", f"{fmt_int(by['volume_devs_full'].recomputed)} and "
@@ -304,7 +308,6 @@ def _recomputed(src: Sources, figures: dict[str, dict[str, Any]]) -> dict[str, s
 
 # Published figures a ref_* derived figure recomputes besides the one it is compared with: (file, derived key).
 ALSO_RECOMPUTED = {
-    "bf16_gb_from_parts": ("ref_model:derived.json", "bf16_gb"),
     "cmm_params_b": ("ref_model:derived.json", "params_community_b"),
     "gsm8k_same_items": ("ref_quality:derived.json", "gsm8k_n"),
     "six_streams_margin_tok_s": ("ref_regimes:derived.json", "margin_at_held"),
@@ -329,10 +332,17 @@ def _unit(unit: str, value: Any) -> str:
     return unit if len(unit or "") <= 24 else ""
 
 
-def _words(published: str) -> str:
-    """The source's words for a figure: its first quoted part, cut to a table row."""
-    text = published.split(" | ")[0].strip().strip('"')
-    return text if len(text) <= 60 else text[:58].rstrip(" ,(") + "…"
+def _words(f: dict[str, Any]) -> str:
+    """The source's words for a figure, whole (its first quoted part: a table row's label or the sentence), or nothing
+    when its words are the transcription's summary (``words: transcription``): those are never the source's words."""
+    if f.get("words", "source") != "source":
+        return ""
+    return f["published"].split(" | ")[0].strip().strip('"')
+
+
+def _by(f: dict[str, Any]) -> str:
+    by = f.get("by") or "the study"
+    return by + (" (in the transcription's words)" if f.get("words", "source") != "source" else "")
 
 
 @claim("pub.all_figures", experiment=PUB, files=["figures.json", *REF_DERIVED, *STUDY_FILES], kind="table")
@@ -350,6 +360,9 @@ def _pub_all(src: Sources) -> dict[str, Any]:
         if len(shown) > 48:  # a list in words: the summary holds it in full; the table keeps its rows short
             shown = shown[:46].rstrip(" ,") + "…"
         cited = ", ".join(sorted(c for c in CITES.get(f["key"], []) if c in printed)) or "this table only"
-        rows.append([_words(f["published"]), f["section"].split(" (")[0],
+        rows.append([_words(f), _by(f), f["section"].split(" (")[0],
+                     # "12 cents" carries its unit as printed
+                     shown if re.search(r"[a-z]", f.get("as_published") or "") else
                      f"{shown} {_unit(f['unit'], f['value'])}".strip(), recomputed.get(f["key"], ""), cited])
-    return table_value(["Published words", "Section", "Published", "Recomputed", "Printed by"], rows, "lllrl")
+    return table_value(["Published words", "Published by", "Section", "Published", "Recomputed", "Printed by"], rows,
+                       "llllrl")

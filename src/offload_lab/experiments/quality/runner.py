@@ -57,7 +57,8 @@ class QualityParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    benchmarks: list[str] = Field(default_factory=lambda: list(data.BENCHMARKS))
+    benchmarks: list[str] = Field(default_factory=lambda: list(data.BENCHMARKS),
+                                  description="gsm8k, ifeval, humaneval, comma-separated, or all")
     limit: int | None = Field(None, ge=1, description="first N items of each fixed subset (a smoke run); None: all")
     replicates: int = Field(2, ge=1, description="times each side answers each item; 2 gives the noise floor")
     max_tokens: dict[str, Tokens] = Field(default_factory=dict, description="per benchmark; default 1024/1280/1024")
@@ -67,9 +68,11 @@ class QualityParams(BaseModel):
     datasets: str | None = Field(
         None, description="dataset directory overriding the shipped GSM8K/IFEval files; default $OFFLOAD_LAB_DATASETS")
     allow_download: bool = Field(False, description="download a data file the package does not ship")
-    resamples: int = Field(paired.DEFAULT_RESAMPLES, ge=100)
-    seed: int = 0
-    exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    resamples: int = Field(paired.DEFAULT_RESAMPLES, ge=100, description="bootstrap resamples")
+    seed: int = Field(0, ge=0, description="bootstrap seed")
+    exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+                                  description="seconds a HumanEval program may run (a timeout is retried once with "
+                                              "twice)")
     on_canary_failure: Literal["stop", "continue"] = Field(
         "stop", description="stop: skip the items of an invalid side; continue: send them, keep them unscored")
     side: Literal["both", "reference", "local"] = Field(
@@ -364,7 +367,7 @@ def latest_side_run(campaign_dir: Path, experiment: str) -> Path:
     folder = Path(campaign_dir) / experiment
     found = [d for d in sorted(folder.iterdir()) if d.is_dir()] if folder.is_dir() else []
     for d in reversed(found):
-        manifest = runs.load_manifest(d) if (d / "manifest.json").is_file() else {}
+        manifest = runs.load_manifest(d) if (d / runs.MANIFEST).is_file() else {}
         if manifest.get("outcome") == "ok" and (d / SIDES).is_dir():
             return d
     raise InputError(f"compare_runs: no ok run of experiment {experiment} under {campaign_dir} holds a side; run "

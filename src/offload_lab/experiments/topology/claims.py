@@ -12,6 +12,7 @@ from offload_lab.paper.claims import ClaimDef, RunSet, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import (fmt_int, fmt_list_words, fmt_ratio, plural, table_value)
 from offload_lab.server.boots import BOOTS, boot_records
+from offload_lab.core.runs import MANIFEST
 
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
@@ -41,32 +42,32 @@ def _gpu_link(gpu: dict[str, Any]) -> str | None:
     return "/".join(kinds) if kinds else None
 
 
-@claim("topology.machines", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt=fmt_int,
+@claim("topology.machines", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt=fmt_int,
        unit="machines")
 def _machines(src: RunSet) -> int:
     """Distinct machines the campaign's boots ran on (by the manifests' host fingerprint)."""
     return len({b["host"] for b in boot_records(src)})
 
 
-@claim("topology.gpus", experiment=BOOTS, files=["manifest.json"], fmt="{}", unit="")
+@claim("topology.gpus", experiment=BOOTS, files=[MANIFEST], fmt="{}", unit="")
 def _gpus(src: Sources) -> str:
     """The GPUs of the machine the latest boot ran on, in words."""
     return _gpu_words((src.manifest.get("environment") or {}).get("gpu") or {})
 
 
-@claim("topology.has_gpu", experiment=BOOTS, files=["manifest.json"], fmt="{}", unit="")
+@claim("topology.has_gpu", experiment=BOOTS, files=[MANIFEST], fmt="{}", unit="")
 def _has_gpu(src: Sources) -> str:
     """Whether the latest boot's machine has GPUs ("yes"/"no"), for text that depends on it."""
     return "yes" if ((src.manifest.get("environment") or {}).get("gpu") or {}).get("present") else "no"
 
 
-@claim("topology.link", experiment=BOOTS, files=["manifest.json"], fmt="{}", unit="")
+@claim("topology.link", experiment=BOOTS, files=[MANIFEST], fmt="{}", unit="")
 def _link(src: Sources) -> str:
     """How the latest boot's GPUs connect, as `nvidia-smi topo -m` names it (NODE, SYS, NV#...), or none."""
     return _gpu_link((src.manifest.get("environment") or {}).get("gpu") or {}) or "none"
 
 
-@claim("topology.verdict", experiment=BOOTS, files=["manifest.json"], fmt="{}", unit="")
+@claim("topology.verdict", experiment=BOOTS, files=[MANIFEST], fmt="{}", unit="")
 def _topo_verdict(src: Sources) -> str:
     """What the topology of the latest boot's machine means for the study's finding, in words."""
     gpu = (src.manifest.get("environment") or {}).get("gpu") or {}
@@ -102,7 +103,7 @@ def _compare(src: RunSet, experiment: str) -> str:
 # The comparison reads whichever context experiment the campaign ran: `context` (the study's campaign, one pod per
 # `--only context` run) or `context_repeat` (a repeat-boot campaign split over pods, a boot per machine). The section
 # prints each one present.
-@claim("topology.comparison", experiment="context", files=[SUMMARY, "manifest.json"], scope="all", fmt="{}",
+@claim("topology.comparison", experiment="context", files=[SUMMARY, MANIFEST], scope="all", fmt="{}",
        unit="")
 def _topo_compare(src: RunSet) -> str:
     """Median TPOT on the slowest machine over the fastest, per context length, where the context experiment ran on
@@ -110,7 +111,7 @@ def _topo_compare(src: RunSet) -> str:
     return _compare(src, "context")
 
 
-@claim("topology.comparison_repeat", experiment="context_repeat", files=[SUMMARY, "manifest.json"], scope="all",
+@claim("topology.comparison_repeat", experiment="context_repeat", files=[SUMMARY, MANIFEST], scope="all",
        fmt="{}", unit="")
 def _topo_compare_repeat(src: RunSet) -> str:
     """The same over the runs of context_repeat (a repeat-boot campaign, e.g. its boots spread over pods)."""
@@ -118,14 +119,14 @@ def _topo_compare_repeat(src: RunSet) -> str:
 
 
 # ====================================================================================================================
-@claim("topology.machines_words", experiment=BOOTS, files=["boot.json", "manifest.json"], scope="all", fmt="{}",
+@claim("topology.machines_words", experiment=BOOTS, files=["boot.json", MANIFEST], scope="all", fmt="{}",
        unit="")
 def _machines_words(src: RunSet) -> str:
     """The number of machines the boots ran on, in words."""
     return plural(len({b["host"] for b in boot_records(src)}), "machine")
 
 
-@claim("topology.matrix", experiment=BOOTS, files=["manifest.json"], kind="table")
+@claim("topology.matrix", experiment=BOOTS, files=[MANIFEST], kind="table")
 def _matrix(src: Sources) -> dict[str, Any]:
     """The GPU topology of the latest boot's machine as `nvidia-smi topo -m` printed it (GPU rows only)."""
     gpu = (src.manifest.get("environment") or {}).get("gpu") or {}
