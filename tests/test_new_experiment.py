@@ -187,7 +187,8 @@ def test_a_new_experiment_is_one_folder_one_notebook_and_a_campaign_entry(tmp_pa
     claims = json.loads((out / "claims.json").read_text())["claims"]
     assert claims["short_burst.total_tokens"]["text"] == "70"  # 7 + 14 + 21 + 28
     html = (out / "paper.html").read_text()
-    assert "A short burst" in html and "in all" in html and "short_burst_tokens" in html
+    # Its figure is in the page (inlined, so looked up by its cross-reference id, not its file name).
+    assert "A short burst" in html and "in all" in html and 'id="fig-short-burst"' in html
     assert "Figure" in html  # its figure is numbered and cross-referenced
 
     # The explore notebook's reader finds its table and its comparison.

@@ -17,6 +17,7 @@ from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.core.runs import MANIFEST
+from offload_lab.experiments.capacity.claims_teams import pick_row
 
 CAP = "capacity"
 COST = "cost"
@@ -42,12 +43,7 @@ def fmt_list(value: Any) -> str:
 def _row(frame: Any, **where: Any) -> Any:
     if "alpha" in where:
         where["alpha"] = _alpha_of(frame, where["alpha"])
-    sel = frame
-    for col, val in where.items():
-        sel = sel[(sel[col] - val).abs() < 1e-12] if isinstance(val, float) else sel[sel[col] == val]
-    if len(sel) != 1:
-        raise ValueError(f"expected one row where {where}, found {len(sel)}")
-    return sel.iloc[0]
+    return pick_row(frame, **where)
 
 
 def _values(src: Sources) -> dict[str, Any]:

@@ -39,7 +39,8 @@ def _alpha(src: Sources, also: bool = False) -> float:
     return float(v["alpha_also"] if also else v["alpha"])
 
 
-def _pick(frame: Any, **where: Any) -> Any:
+def pick_row(frame: Any, **where: Any) -> Any:
+    """The one row of ``frame`` whose columns equal ``where`` (floats to 1e-12); ValueError when not exactly one."""
     sel = frame
     for col, val in where.items():
         sel = sel[(sel[col] - val).abs() < 1e-12] if isinstance(val, float) else sel[sel[col] == val]
@@ -67,7 +68,7 @@ def _count(src: Sources) -> int:
 
 
 def _team(column: str, also: bool = False) -> Callable[[Sources], Any]:
-    return lambda src: _pick(src.csv("teams.csv"), alpha=_alpha(src, also), team=_largest(src),
+    return lambda src: pick_row(src.csv("teams.csv"), alpha=_alpha(src, also), team=_largest(src),
                              label="published")[column]
 
 
@@ -91,7 +92,7 @@ def _pods_table(src: Sources) -> dict[str, Any]:
     a, b = _alpha(src), _alpha(src, True)
     rows = []
     for n in _teams(src):
-        r, r2 = _pick(f, alpha=a, team=n, label="published"), _pick(f, alpha=b, team=n, label="published")
+        r, r2 = pick_row(f, alpha=a, team=n, label="published"), pick_row(f, alpha=b, team=n, label="published")
         rows.append([f"{n:,}", fmt_int(r["streams_needed"]), fmt_int(r["pods"]), fmt_int(r2["pods"]),
                      fmt_int(r["pods_partitioned"]), f"{100 * float(r['overflow_probability']):.2g}%"])
     return table_value(["Team", f"Streams (α = {a:g})", f"Pods (α = {a:g})", f"Pods (α = {b:g})", "Pods, pinned",
@@ -103,7 +104,7 @@ def _pods_table(src: Sources) -> dict[str, Any]:
 def _pods_rho(src: Sources) -> int:
     """Pods for the largest team at the seat rule's α and the example intra-team correlation."""
     rho = float(src.parameters.get("rho_example", 0.05))
-    row = _pick(src.csv("correlation.csv"), rho=rho, alpha=_alpha(src))
+    row = pick_row(src.csv("correlation.csv"), rho=rho, alpha=_alpha(src))
     return int(row[f"pods_team_{_largest(src)}"])
 
 
@@ -116,7 +117,7 @@ def _currency(src: Sources) -> str:
 
 
 def _costed(column: str, also: bool = False) -> Callable[[Sources], Any]:
-    return lambda src: _pick(src.csv("costed_teams.csv"), alpha=_alpha(src, also), team=_largest(src),
+    return lambda src: pick_row(src.csv("costed_teams.csv"), alpha=_alpha(src, also), team=_largest(src),
                              label="published")[column]
 
 
@@ -140,7 +141,7 @@ def _cost_table(src: Sources) -> dict[str, Any]:
     a, cur = _alpha(src), _currency(src)
     rows = []
     for n in _teams(src):
-        r = _pick(f, alpha=a, team=n, label="published")
+        r = pick_row(f, alpha=a, team=n, label="published")
         rows.append([f"{n:,}", fmt_int(r["pods"]), _money(r["eur_per_month_self_hosted"]),
                      _money(r["eur_per_month_subscriptions"]), fmt_pct(1)(r["saving_fraction"])])
     return table_value(["Team", f"Pods (α = {a:g})", f"Pods, {cur} a month", f"Subscriptions, {cur} a month",
