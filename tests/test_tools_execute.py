@@ -4,6 +4,7 @@ the progress display fed by nbclient's cell hooks and the kernel's count lines."
 from __future__ import annotations
 
 import io
+import os
 import json
 import re
 from pathlib import Path
@@ -138,3 +139,18 @@ def test_count_lines_and_cell_words() -> None:
     assert progress.cell_words(nbformat.v4.new_code_cell("import x\n\nresult = x.go()"), 3) == "cell 4"
     assert progress.cell_words(nbformat.v4.new_code_cell("# Measure each level\nx.go()"), 3) == "Measure each level"
     assert progress.plural(1, "experiments") == "experiment" and progress.plural(0, "experiments") == "experiments"
+
+
+def test_a_kernel_under_a_deep_folder_gets_a_socket_path_that_fits(tmp_path, monkeypatch):
+    """A Unix socket's path holds at most 107 bytes: under a deep home or runtime folder (a pytest-xdist worker's
+    temporary home, a long $HOME on a pod) the kernel's sockets go to a short private folder instead of failing with
+    "File name too long"; a short path stays where it was."""
+    from offload_lab.campaigns import execute as ex
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(deep))
+    prefix = ex._ipc_prefix(None)
+    assert ex._fits(prefix) and not prefix.startswith(str(deep)) and os.path.isdir(os.path.dirname(prefix))
+    assert ex._ipc_prefix(str(deep / "kernel-1.json")) != str(deep / "kernel-1-ipc")
+    assert ex._ipc_prefix("/tmp/k.json") == "/tmp/k-ipc"

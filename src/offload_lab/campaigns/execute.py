@@ -37,6 +37,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+import tempfile
 import uuid
 from typing import Any, Callable, Mapping, Protocol
 
@@ -64,16 +65,30 @@ class CellWatcher(Protocol):
     def flush(self) -> None: ...
 
 
-def _ipc_prefix(connection_file: str | None) -> str:
-    """Where a kernel's Unix sockets go: beside its connection file, else a unique name in Jupyter's runtime folder."""
-    if connection_file:
-        return os.path.splitext(connection_file)[0] + "-ipc"
-    from jupyter_core.paths import jupyter_runtime_dir
+# A Unix socket's path holds at most 107 bytes (sun_path); a kernel's sockets are its prefix, "-" and a number.
+SUN_PATH_MAX = 107
+_PORT_SUFFIX = 6
 
-    folder = jupyter_runtime_dir()
-    os.makedirs(folder, exist_ok=True)
-    # Short: a Unix socket's path may not be longer than about 100 bytes.
-    return os.path.join(folder, f"k-{uuid.uuid4().hex[:12]}-ipc")
+
+def _fits(prefix: str) -> bool:
+    return len(os.fsencode(prefix)) + _PORT_SUFFIX <= SUN_PATH_MAX
+
+
+def _ipc_prefix(connection_file: str | None) -> str:
+    """Where a kernel's Unix sockets go: beside its connection file, else a unique name in Jupyter's runtime folder;
+    where that path is too long for a socket (a deep home or runtime folder: the kernel would fail with "File name too
+    long"), a private folder of its own under the system's temporary folder."""
+    if connection_file:
+        prefix = os.path.splitext(connection_file)[0] + "-ipc"
+    else:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        folder = jupyter_runtime_dir()
+        os.makedirs(folder, exist_ok=True)
+        prefix = os.path.join(folder, f"k-{uuid.uuid4().hex[:12]}-ipc")
+    if _fits(prefix):
+        return prefix
+    return os.path.join(tempfile.mkdtemp(prefix="olk-"), f"k-{uuid.uuid4().hex[:12]}-ipc")
 
 
 class IpcKernelManager(AsyncKernelManager):
