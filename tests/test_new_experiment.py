@@ -198,7 +198,8 @@ def test_a_new_experiment_is_one_folder_one_notebook_and_a_campaign_entry(tmp_pa
              f"'plot': explore.plot(t, {NAME!r}) is not None}}))")
     shown = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, cwd=repo, capture_output=True, text=True,
                                       check=True).stdout)
-    assert shown == {"rows": 4, "compare": ["burst: tokens by prompt, one column per run"], "plot": True}
+    assert shown == {"rows": 4, "compare": ["burst: tokens by prompt, one column per run, named by what differs"],
+                     "plot": True}
 
     # The rehearsal costs it from its own folder, at the pod model's pace (it names no experiment itself).
     probe = ("from offload_lab.campaigns import rehearse_cost as rc; from offload_lab.emulate.podmodel import "
