@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from offload_lab.cli.common import print_json
+from offload_lab.core.timescale import DEFAULT_TIME_SCALE
 
 
 def cmd_campaign_rehearse(args: argparse.Namespace) -> int:
@@ -56,12 +57,6 @@ def summary(res: Any) -> str:
     return "\n".join(lines)
 
 
-def rehearse_default_scale() -> float:
-    from offload_lab.core.timescale import DEFAULT_TIME_SCALE
-
-    return DEFAULT_TIME_SCALE
-
-
 def add_parser(csub: Any) -> None:
     p = csub.add_parser(
         "rehearse", help="run a pod campaign here against an emulated pod: what would fail, what it would cost",
@@ -81,7 +76,7 @@ def add_parser(csub: Any) -> None:
     p.add_argument("--out", default=None, help="where the paper goes (default: _output/<rehearsal campaign>/)")
     p.add_argument("--no-paper", action="store_true", help="do not build the paper")
     p.add_argument("--json", action="store_true", help="print the rehearsal's record as JSON")
-    p.add_argument("--time-scale", type=float, default=rehearse_default_scale(),
+    p.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
                    help="serve TTFTs and TPOTs above their floors (set from the newest clock check's measured "
                         "client error) this many times faster, and convert every figure set against the pod back "
                         "(default: %(default)g; 1 is real time; docs/rehearsal.md)")

@@ -13,6 +13,7 @@ from offload_lab.core.errors import InputError
 from offload_lab.predict.catalog import Catalog, load_catalog
 from offload_lab.predict.physics import GiB, PodSpec, Serving
 from offload_lab.predict.shape import Shape, read_config, shape_from_config
+from offload_lab.fit.kvbudget import DEFAULT_RESERVE_GIB  # the fit layer's stated reserve, one default
 
 # The model family whose attention the study's summary leaves unpublished. Assumed, with sources, so that the physics
 # can read the KV cache as the serving engine would: DeepSeek-V4's attention is sparse like DeepSeek-V3.2's (vLLM's
@@ -33,7 +34,6 @@ FAMILY_ASSUMPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 DEFAULT_SPEC_ACCEPTANCE = 0.7  # a draft model's or MTP's acceptance when the model's family gives none: our choice
-DEFAULT_RESERVE_GIB = 5.0  # activations, CUDA graphs, staging: the dsv41 anchor's "~5 GiB" (shared anchors)
 MIN_KV_SHARE = 0.1  # a plan leaves at least this share of the usable memory to the KV cache: our choice
 
 
