@@ -178,7 +178,7 @@ def bench_predict(tmp: Path, repeats: int) -> list[dict[str, Any]]:
         return lambda: subprocess.run([*cli, *args], cwd=ROOT, check=True, capture_output=True)
 
     rows = []
-    for name, args in (("predict_stack", ["pod", "predict", str(STUDY_STACK.relative_to(ROOT)), "--json"]),
+    for name, args in (("predict_stack", ["pod", "predict", "--stack", str(STUDY_STACK.relative_to(ROOT)), "--json"]),
                        ("predict_config", ["pod", "predict", "--config", str(QWEN_CONFIG), "--gpu", "h100-sxm",
                                            "--gpus", "1", "--host-ram", "512", "--link", "pcie-gen5-x16",
                                            "--json"])):

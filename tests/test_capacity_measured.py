@@ -17,7 +17,6 @@ import pytest
 
 from offload_lab.core import paths, runs
 from offload_lab.core.errors import InputError
-from offload_lab.published import measured_inputs as measured
 from offload_lab.experiments.capacity.runner import CapacityParams
 from offload_lab.experiments.capacity.runner import run_experiment as run_capacity
 from offload_lab.experiments.cost.runner import CostParams
@@ -32,7 +31,7 @@ SWEEP = [(1, 186.0), (2, 95.0), (3, 70.0), (4, 59.0), (6, 40.0), (8, 31.0)]
 PRICE = {"per_hour": 3.73, "currency": "EUR", "what": "test pod", "source": "test"}
 
 MEASURED = dict(source="measured", profile="configs/profiles/published-week.yaml", q_source="published",
-                seat_eur_per_month=180.0, seat_price_source="test: the published subscription",
+                seat_price_per_month=180.0, seat_price_source="test: the published subscription",
                 seat_alphas=[0.01, 0.05], team_sizes=[20, 100, 250])
 
 
@@ -76,8 +75,8 @@ def _context_run(data_root: Path, longest: int = 260000, ttft: float = 45.07) ->
 
 
 def _capacity(data_root: Path, **over) -> tuple[Path, dict]:
-    run = runs.new_run(data_root, CAMPAIGN, "capacity", {})
     p = CapacityParams(**{**MEASURED, "max_team": 300, "simulation_weeks": 1, **over})
+    run = runs.new_run(data_root, CAMPAIGN, "capacity", p.model_dump())
     run_capacity(run, data_root, CAMPAIGN, p)
     run.finish("ok")
     return run.path, json.loads((run.path / "inputs.json").read_text())
@@ -111,7 +110,7 @@ def test_measured_runs_shaped_like_the_published_tables_give_the_published_seats
         ref = prov[key]
         assert ref["run_id"] == run_dir.name and ref["file"] == rel
         assert ref["sha256"] == runs.sha256_file(run_dir / rel)
-    assert prov["pod_eur_per_hour"]["price"]["per_hour"] == 3.73
+    assert prov["pod_price_per_hour"]["price"]["per_hour"] == 3.73
     assert prov["profile"]["sha256"] == runs.sha256_file(ROOT / "configs/profiles/published-week.yaml")
     manifest = runs.load_manifest(cap)
     assert manifest["inputs_source"] == "measured"
@@ -154,8 +153,8 @@ def test_missing_runs_and_a_missing_price_are_named(tmp_path):
     run2 = runs.new_run(tmp_path, CAMPAIGN, "cost", {})
     run_cost(run2, tmp_path, CAMPAIGN, CostParams(**MEASURED, price_stack="configs/stacks/study-pod.yaml"))
     inputs = json.loads((run2.path / "inputs.json").read_text())
-    assert inputs["provenance"]["pod_eur_per_hour"]["stack_file"] == "configs/stacks/study-pod.yaml"
-    assert "no price of its own" in inputs["provenance"]["pod_eur_per_hour"]["why"]
+    assert inputs["provenance"]["pod_price_per_hour"]["stack_file"] == "configs/stacks/study-pod.yaml"
+    assert "no price of its own" in inputs["provenance"]["pod_price_per_hour"]["why"]
 
 
 def test_params_say_what_they_read_and_refuse_half_a_source():
@@ -166,7 +165,7 @@ def test_params_say_what_they_read_and_refuse_half_a_source():
     with pytest.raises(ValueError, match="seat_price_source"):
         CapacityParams(**{**MEASURED, "seat_price_source": None})
     with pytest.raises(ValueError, match="source: published"):
-        CapacityParams(seat_eur_per_month=180.0)
+        CapacityParams(seat_price_per_month=180.0)
     with pytest.raises(ValueError, match="regime"):
         CapacityParams(**MEASURED, streams_from="concurrency")
 
@@ -253,3 +252,56 @@ def test_profile_cli_reads_both_formats_and_refuses_others_with_exit_2(tmp_path)
     r = subprocess.run([*cli, str(bad), "--stream-tok-s", "40"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "usage.txt" in r.stderr and "ccusage" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# -- the user's team, the user's money (issue 32) ---------------------------------------------------------------------
+
+def test_a_team_of_30_three_alphas_and_usd_reach_the_csvs_and_the_claims(tmp_path):
+    """A campaign's own team size, α values and currency: every CSV says USD and its columns name no currency; the
+    paper's claims print 30, the three α and USD, and no claim of the section fails on them."""
+    from offload_lab.experiments.capacity import claims as claims_capacity
+    from offload_lab.experiments.capacity import claims_sources, claims_study, claims_teams
+    from offload_lab.paper.claims import resolve_one
+
+    _agent_run(tmp_path, price={**PRICE, "currency": "USD", "per_hour": 2.5})
+    _context_run(tmp_path)
+    own = dict(MEASURED, seat_price_per_month=200.0, seat_currency="USD", seat_alphas=[0.02, 0.05, 0.1],
+               team_sizes=[30])
+    cap, inputs = _capacity(tmp_path, **own)
+    assert inputs["values"]["alphas"] == [0.02, 0.05, 0.1] and inputs["values"]["currency"] == "USD"
+    run = runs.new_run(tmp_path, CAMPAIGN, "cost", CostParams(**own).model_dump())
+    summary = run_cost(run, tmp_path, CAMPAIGN, CostParams(**own))
+    run.finish("ok")
+    assert summary["currency"] == "USD" and summary["pod_price_per_month"] == pytest.approx(2.5 * 730)
+    for name in ("costed_teams.csv", "teams.csv"):
+        f = pd.read_csv(run.path / name)
+        assert set(f["currency"]) == {"USD"} and not [c for c in f.columns if "eur" in c.lower()]
+        assert sorted(set(f["alpha"])) == [0.02, 0.05, 0.1]
+    assert sorted(set(pd.read_csv(cap / "seats.csv")["alpha"])) == [0.02, 0.05, 0.1]
+
+    latest = {"capacity": cap, "cost": run.path}
+    registry = {**claims_capacity.SECTION, **claims_sources.SECTION, **claims_study.SECTION, **claims_teams.SECTION}
+    got = {n: resolve_one(d, None, ROOT, latest=latest) for n, d in registry.items()}
+    text = {n: r.text for n, r in got.items()}
+    assert text["cost.currency"] == "USD" and text["capacity.team_sizes"] == "30" and text["teams.largest"] == "30"
+    assert text["capacity.alphas"] == "2%, 5% and 10%" and text["capacity.alpha_also"] == "5%"
+    assert text["seats.at_alphas"].startswith(f"{text['seats.rule']} developers at α = 2%, ")
+    assert text["seats.at_alphas"].endswith("at α = 10%")
+    for a in ("2%", "5%", "10%"):
+        assert f"Pods (α = {a})" in text["pods.teams_table"] and f"Saving (α = {a})" in text["cost.teams_table"]
+    assert "USD a month" in text["cost.teams_table"] and "| 30 |" in text["cost.teams_table"]
+    # the study's α = 1% is not this campaign's; α = 5% is
+    assert text["seats.alpha_1pct"] == "n/a" and text["seats.alpha_5pct"] != "n/a"
+    assert text["pods.team_250"] == "n/a"
+
+
+def test_one_alpha_and_the_old_price_key():
+    p = CapacityParams(**{**MEASURED, "seat_alphas": [0.01]})
+    assert p.seat_alphas == [0.01]
+    with pytest.raises(ValueError, match="seat_alphas"):
+        CapacityParams(**{**MEASURED, "seat_alphas": [0.01, 0.01]})
+    # a campaign file written before prices carried their currency: its euros still read, never as another currency
+    old = {k: v for k, v in MEASURED.items() if k != "seat_price_per_month"} | {"seat_eur_per_month": 180.0}
+    assert CostParams(**old).seat_price_per_month == 180.0
+    with pytest.raises(ValueError, match="in EUR"):
+        CostParams(**old, seat_currency="USD")

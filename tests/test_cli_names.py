@@ -41,6 +41,20 @@ def flags() -> list[tuple[str, argparse.Action]]:
     return list(_walk(cli.build_parser()))
 
 
+def _leaves(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for sub in dict.fromkeys(action.choices.values()):  # an alias names the same parser
+            yield from _leaves(sub)
+
+
+# Commands whose owner is converting them this round (issue 36): a check may still fail for them. The lead empties
+# these at integration; a command leaves the list as soon as it passes.
+TEMPORARY: dict[str, dict[str, str]] = {"long help": {}, "two names": {}, "two meanings": {}, "data root": {}}
+
+
 def _visible(flags: list[tuple[str, argparse.Action]]) -> list[tuple[str, argparse.Action]]:
     return [(prog, a) for prog, a in flags if a.help != argparse.SUPPRESS]
 
@@ -74,7 +88,8 @@ def test_the_concepts_name_means_only_that(flags: list[tuple[str, argparse.Actio
     """One name, one meaning: wherever the concept's flag appears, its help says it is that concept."""
     name, says = CONCEPTS[concept]
     odd = [prog for prog, a in _visible(flags) if name in a.option_strings and not says.search(a.help or "")
-           and not (concept == "server URL" and "server" in (a.help or ""))]
+           and not (concept == "server URL" and "server" in (a.help or ""))
+           and prog not in TEMPORARY.get(concept, {})]
     assert not odd, f"{name} means something other than the {concept} in {odd}"
 
 
@@ -84,14 +99,19 @@ OLD_SPELLINGS = [
     (["clock-check", "--out", "D"], "data_dir", "D"),
     (["clock-check", "--tokens", "8"], "output_tokens", 8),
     (["compare", "--url", "http://h:1", "--out", "D"], "data_dir", "D"),
-    (["compare", "--url", "http://h:1", "--output-len", "8"], "output_len", 8),
-    (["compare", "--url", "http://h:1", "--input-len", "400"], "input_len", 400),
+    (["compare", "--url", "http://h:1", "--output-len", "8"], "output_tokens", 8),
+    (["compare", "--url", "http://h:1", "--input-len", "400"], "prompt_tokens", 400),
+    (["clock-check", "--rates", "5,10"], "rates_tok_s", [5.0, 10.0]),
+    (["routing", "collect", "--model", "M"], "model_dir", "M"),
+    (["report", "c1"], "campaign", "c1"),
+    (["pod", "predict", "s.yaml"], "stack", "s.yaml"),
+    (["quality", "paired", "--n", "10", "--b", "1", "--c", "2", "--seed", "3"], "bootstrap_seed", 3),
     (["scrape-cost", "--url", "http://h:1", "--out", "D"], "data_dir", "D"),
     (["bench-data", "--out", "D"], "data_dir", "D"),
 ]
 
 
-@pytest.mark.parametrize("argv,dest,value", OLD_SPELLINGS, ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+@pytest.mark.parametrize("argv,dest,value", OLD_SPELLINGS, ids=lambda x: " ".join(map(str, x)) if isinstance(x, list) else "")
 def test_old_spellings_still_parse_with_one_deprecation_line(argv: list[str], dest: str, value: object,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     args = cli.build_parser().parse_args(argv)
@@ -111,7 +131,7 @@ def test_old_spellings_are_hidden(flags: list[tuple[str, argparse.Action]]) -> N
 def test_quality_run_flags_are_the_models_fields(flags: list[tuple[str, argparse.Action]]) -> None:
     """Each `quality run` option that sets a model field has that field's description as its help."""
     run = {a.option_strings[0]: a for prog, a in _visible(flags) if prog == "offload-lab quality run"}
-    options = cli.build_parser().parse_args(["quality", "run", "--url", "http://h:1"]).quality_options
+    options = cli.build_parser().parse_args(["quality", "run", "--url", "http://h:1"]).model_options
     from_models = [(o.model.model_fields[f], flag) for o in options for f, flag in o.flags.items()]
     assert len(from_models) >= 15
     for field, flag in from_models:
@@ -156,3 +176,65 @@ def test_the_bridge_reads_bounds_choices_lists_and_switches(capsys: pytest.Captu
         assert e.value.code == 2
         assert f"argument {bad[0]}" in capsys.readouterr().err
     assert "(default: 3)" in p.format_help() and "--old-rate" not in p.format_help()
+
+
+def _bridged(flags: list[tuple[str, argparse.Action]]) -> list[tuple[str, argparse.Action]]:
+    """The visible options and positionals made from a model's field (their dest is the field's name)."""
+    from offload_lab.cli.model_options import _Store
+
+    return [(prog, a) for prog, a in _visible(flags) if isinstance(a, _Store)]
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+    return [(leaf.prog, a) for leaf in _leaves(parser) for a in leaf._actions]
+
+
+def test_one_visible_name_per_model_field() -> None:
+    """A field (its name is the option's dest) has one spelling everywhere: one flag, or always a positional."""
+    spellings: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for prog, a in _bridged(_all_actions(cli.build_parser())):
+        if prog not in TEMPORARY["two names"]:
+            spellings[a.dest][a.option_strings[0] if a.option_strings else "a positional"].append(prog)
+    twice = {field: dict(by) for field, by in spellings.items() if len(by) > 1}
+    assert not twice, f"one field, two visible names: {twice}"
+
+
+def test_one_meaning_per_flag() -> None:
+    """A flag sets one field wherever it appears (``--seed`` is never a bootstrap seed here and a subset's there)."""
+    fields: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for prog, a in _bridged(_all_actions(cli.build_parser())):
+        for s in a.option_strings if prog not in TEMPORARY["two meanings"] else ():
+            fields[s][a.dest].append(prog)
+    twice = {flag: dict(by) for flag, by in fields.items() if len(by) > 1}
+    assert not twice, f"one flag, two fields: {twice}"
+
+
+def test_every_help_fits_one_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 100 columns every leaf command's --help is at most 40 lines; details go to docs/."""
+    monkeypatch.setenv("COLUMNS", "100")
+    long = {leaf.prog: n for leaf in _leaves(cli.build_parser())
+            if (n := len(leaf.format_help().splitlines())) > 40 and leaf.prog not in TEMPORARY["long help"]}
+    assert not long, f"--help over one screen (lines): {long}"
+
+
+@pytest.mark.parametrize("argv", [["campaign", "ledger", "x"], ["pod", "ledger", "x"]])
+def test_the_campaign_is_a_flag_and_a_positional_still_parses(argv: list[str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``--campaign NAME`` everywhere; the old positional CAMPAIGN is hidden and says it is deprecated."""
+    assert cli.build_parser().parse_args([*argv[:2], "--campaign", "x"]).campaign == "x"
+    assert capsys.readouterr().err == ""
+    assert cli.build_parser().parse_args(argv).campaign == "x"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "deprecated, use --campaign" in err[0], err
+
+
+def test_a_command_line_that_names_a_command_builds_that_command_alike() -> None:
+    """``offload-lab NAME ...`` builds only NAME's part of the parser (quick start-up): the same leaves, flags and
+    help as in the whole parser, so main.MODULES names every top-level command where it is registered."""
+    def top(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    for name, whole in top(cli.build_parser()).items():
+        part = top(cli.build_parser(name))
+        assert name in part, f"build_parser({name!r}) does not register {name}: add it to main.MODULES"
+        assert [p.format_help() for p in _leaves(part[name])] == [p.format_help() for p in _leaves(whole)], name

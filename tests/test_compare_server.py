@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.server,
 def test_four_tools_side_by_side_with_the_server_checking_every_window(tmp_path, embedded_server):
     cmd = [sys.executable, "-m", "offload_lab.cli.main", "compare", "--url", embedded_server.url,
            "--tools", "vllm,aiperf,guidellm", "--num-prompts", "2", "--concurrency", "2", "--rounds", "2",
-           "--output-len", "8", "--out", str(tmp_path), "--json"]
+           "--output-tokens", "8", "--out", str(tmp_path), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads(out.stdout)

@@ -41,9 +41,13 @@ def test_bad_tools_and_a_prefix_longer_than_the_prompt_are_refused():
     with pytest.raises(InputError, match="unknown tool"):
         compare.check_params(CompareParams(tools=["vllm", "locust"]), 128)
     with pytest.raises(InputError, match="not longer than the shared prefix"):
-        compare.check_params(CompareParams(cache="shared", shared_blocks=3, input_len=320), 128)
+        compare.check_params(CompareParams(cache="shared", shared_blocks=3, prompt_tokens=320), 128)
     # longer than a CPU KV block: a hit is possible, so the cache check means something
-    assert CompareParams().input_len > 128
+    assert CompareParams().prompt_tokens > 128
+    # the old names (and the comparison's JSON keys) still load, and a record keeps its keys
+    old = CompareParams.model_validate({"input_len": 400, "output_len": 8})
+    assert (old.prompt_tokens, old.output_tokens) == (400, 8)
+    assert old.model_dump(by_alias=True)["input_len"] == 400
 
 
 def _server(**over):
@@ -87,7 +91,7 @@ def test_a_verdict_per_peer_and_figure():
     refused = v[("guidellm", "tpot_ratio")]
     assert refused["verdict"] == "refused" and "server finished" in refused["reason"]
     assert "aiperf inter_chunk_latency" in out["not_comparable"]
-    assert "\nnot compared:" in compare.table({**CompareParams().model_dump(), **out})
+    assert "\nnot compared:" in compare.table({**CompareParams().model_dump(by_alias=True), **out})
 
 
 def test_what_is_read_from_aiperf_and_guidellm_records():

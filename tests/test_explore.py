@@ -77,7 +77,7 @@ def _execute_from_notebooks(campaign: str, data_root: Path | str) -> dict:
 
 def _figures_by_experiment(nb) -> dict[str, int]:
     """Images shown under each experiment's heading by the loop over experiments."""
-    cell = next(c for c in nb.cells if "explore.show" in c.source)
+    cell = next(c for c in nb.cells if "report.show" in c.source)
     out: dict[str, int] = {}
     current = None
     for o in cell.outputs:

@@ -50,7 +50,7 @@ def test_plan_make_check_show_and_audit_with_plan(capsys, tiny_model, tmp_path):
     code, out, _ = _run(capsys, "plan", "check", str(plan), str(tiny_model), "--json")
     assert code == 0 and json.loads(out) == {"plan": str(plan), "ok": True, "problems": []}
     code, out, _ = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "0.04", *WEIGHTS_ONLY,
-                        "--plan", str(plan))
+                        "--with-plan", str(plan))
     assert code == 0 and "with plan" in out and "fits" in out
     code, out, _ = _run(capsys, "plan", "show", str(plan), "--json")
     assert code == 0 and json.loads(out)["generator"] == "budget-fit"
@@ -80,6 +80,7 @@ def test_plan_check_exits_2_naming_the_problem(capsys, tiny_model, tmp_path):
     assert "no.such.tensor does not exist" in err
     code, _, err = _run(capsys, "audit", str(tiny_model), "--tp", "1", "--usable-gib", "1", "--plan", str(bad))
     assert code == 2 and "does not fit this checkpoint" in err
+    assert "--plan is deprecated, use --with-plan" in err  # the old spelling still reads the plan
     (tmp_path / "broken.json").write_text("{")
     code, _, err = _run(capsys, "plan", "show", str(tmp_path / "broken.json"))
     assert code == 2 and "broken.json: not valid JSON" in err

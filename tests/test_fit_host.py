@@ -61,7 +61,7 @@ def test_audit_fails_when_the_host_ram_does_not_hold_the_plan(tmp_path, tiny_mod
                      "--out", str(plan)]) == 0
     capsys.readouterr()
     base = ["audit", str(tiny_model), "--tp", "2", "--usable-gib", "1", "--reserve-gib", "0", "--context", "0",
-            "--plan", str(plan), "--json"]
+            "--with-plan", str(plan), "--json"]
     assert cli.main(base) == 0
     r = json.loads(capsys.readouterr().out)
     h = r["host_ram"]["with_plan"]

@@ -104,7 +104,7 @@ def test_a_hand_run_records_the_redacted_url_and_names_papermills_parameter(mode
     assert record["url"].endswith(models_server.split("//")[1])
     with pytest.raises(ServerError) as caught:
         notebook._hand_server("http://127.0.0.1:9")
-    assert "-p base_url" in str(caught.value) and "--url" not in str(caught.value)
+    assert "-p url " in str(caught.value) and "--url" not in str(caught.value)
 
 
 def test_a_run_without_a_paper_figure_still_gets_a_picture(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def study_json():
     try:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            assert main(["pod", "predict", str(STUDY_STACK.relative_to(ROOT)), "--json"]) == 0
+            assert main(["pod", "predict", "--stack", str(STUDY_STACK.relative_to(ROOT)), "--json"]) == 0
     finally:
         os.chdir(here)
     return json.loads(buf.getvalue())
@@ -120,7 +120,11 @@ def test_the_study_pod_is_predicted_beside_every_published_figure(study_json):
     errors = [abs(f["predicted"] / f["published"] - 1) for f in predicted]
     assert statistics.median(errors) <= 0.25
     within = [f for f in predicted if 1 / 1.5 <= f["predicted"] / f["published"] <= 1.5]
-    assert len(within) >= len(predicted) - 2
+    assert len(within) >= len(predicted) - 1
+    # a figure over the bound says why, in its own row
+    for f in predicted:
+        if f not in within:
+            assert "not predictable" in f["note"], f
     # the published figures come from the transcription, not from this test
     pub = yaml.safe_load((ROOT / "configs" / "published" / "study.yaml").read_text())
     rows = pub["tables"]["agent_turns"]["rows"]
@@ -171,7 +175,7 @@ def test_a_price_without_currency_or_in_another_currency_is_refused(capsys):
 
 def test_the_derived_pod_model_is_what_the_emulated_pod_reads(tmp_path, capsys):
     out = tmp_path / "predicted.yaml"
-    assert main(["pod", "predict", str(STUDY_STACK.relative_to(ROOT)), "--out", str(out)]) == 0
+    assert main(["pod", "predict", "--stack", str(STUDY_STACK.relative_to(ROOT)), "--out", str(out)]) == 0
     capsys.readouterr()
     model = load_pod_model(out)
     assert model.is_prediction and "predicted" in model.prediction.label
@@ -200,3 +204,62 @@ def test_pod_model_check_names_the_field(tmp_path, capsys):
     bad.write_text(yaml.safe_dump(data))
     assert main(["pod", "model", "check", str(bad)]) == 2
     assert "memory.with_plan_gib" in capsys.readouterr().err
+
+
+def test_the_kv_share_note_is_vllms_arithmetic_and_names_what_is_unpublished(study_json):
+    by = {f["name"]: f for f in study_json["figures"]}
+    share, est = by["kv_share_five_128k"], by["vllm_full_length_requests"]
+    # share x estimate does not depend on the capacity: 5 contexts x their tokens / max_model_len, both predicted
+    stack = yaml.safe_load(STUDY_STACK.read_text())
+    mml = stack["server"]["flags"]["max_model_len"]
+    from offload_lab.predict.study import KV_CONTEXTS, _private_tokens
+    assert share["predicted"] * est["predicted"] == pytest.approx(KV_CONTEXTS * _private_tokens() / mml, rel=1e-3)
+    implied = KV_CONTEXTS * _private_tokens() / (share["published"] * est["published"])
+    assert f"{implied:,.0f}" in share["note"] and "max_model_len" in share["note"]
+
+
+def test_the_cached_tail_waits_for_one_prefill_step_of_the_other_users():
+    from offload_lab.predict import study
+
+    cal = study.calibrate()
+    p = cal["predictor"]
+    one = p.prefill_s(512, 262144, 1)["ttft_s"]
+    assert p.prefill_tail_s(512, 262144, 1) == pytest.approx(one)
+    tails = [p.prefill_tail_s(512, 262144, u) for u in (1, 2, 3, 4)]
+    assert tails == sorted(tails) and tails[-1] > p.prefill_s(512, 262144, 4)["ttft_s"]
+    row = next(f for f in cal["figures"] if f["name"] == "cached_256k_4_users_ttft_p95_s")
+    assert not row["fitted"] and "no free parameter" in row["note"]
+
+
+def test_compare_prediction_on_the_reference_campaign(capsys):
+    from offload_lab.published.transcription import load_transcription
+
+    assert main(["compare-prediction", "configs/campaigns/reference.yaml", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["missing"] == [] and out["figures"]
+    # what it calls measured is the study's transcription, read from the reference campaign's published run
+    t = load_transcription(ROOT / "configs" / "published" / "study.yaml")
+    by = {f["name"]: f for f in out["figures"]}
+    assert by["cached_256k_4_users_ttft_p95_s"]["measured"] == next(
+        f.value for f in t.figures if f.key == "shared_256k_ttft_p95_s")
+    assert by["cached_256k_4_users_ttft_p95_s"]["run"]
+    assert out["summary"]["median_abs_error"] <= 0.25
+    assert main(["compare-prediction", "configs/campaigns/reference.yaml"]) == 0
+    text = capsys.readouterr().out
+    assert "fitted" in text and "kv_share_five_128k" in text and "median error" in text
+
+
+def test_compare_prediction_without_data_or_a_predictable_pod_is_refused(capsys, tmp_path):
+    assert main(["compare-prediction", "configs/campaigns/reference.yaml", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no data" in err[0]
+    assert main(["compare-prediction", "configs/campaigns/embedded.yaml"]) == 2
+    assert "names no pod" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", [["pod", "predict"], ["pod", "model", "check"], ["compare-prediction"]])
+def test_each_help_fits_one_screen(cmd, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main([*cmd, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and len(out.splitlines()) <= 40

@@ -29,7 +29,7 @@ def rehearsal(tmp_path_factory):
     here = os.getcwd()
     os.chdir(ROOT)
     try:
-        assert main(["pod", "predict", "configs/stacks/study-b300.yaml", "--out", str(model)]) == 0
+        assert main(["pod", "predict", "--stack", "configs/stacks/study-b300.yaml", "--out", str(model)]) == 0
     finally:
         os.chdir(here)
     res = rehearse.rehearse(CAMPAIGN, data_root=tmp / "data", pod_model=model, paper=False, log=lambda s: None)
@@ -54,7 +54,7 @@ def test_the_paper_prints_the_campaigns_team_alpha_and_currency(rehearsal, tmp_p
     assert cs["cost.currency"].text == "USD"
     assert cs["capacity.team_sizes"].text == "30"
     assert cs["teams.largest"].text == "30"
-    assert "| 30 |" in cs["pods.teams_table"].text and "α = 0.02" in cs["pods.teams_table"].text
+    assert "| 30 |" in cs["pods.teams_table"].text and "α = 2%" in cs["pods.teams_table"].text
     assert "USD a month" in cs["cost.teams_table"].text
     # the study's own team sizes are not this campaign's: their claims do not apply, and nothing fails
     assert cs["pods.team_250"].text == "n/a"
@@ -64,3 +64,21 @@ def test_the_paper_prints_the_campaigns_team_alpha_and_currency(rehearsal, tmp_p
     sections = (out / "sections.qmd").read_text()
     assert "claim cost.teams_table" in sections and "claim cost.currency" in sections
     assert "team_250" not in sections.split("## What it costs")[1].split("\n## ")[0]
+
+
+def test_compare_prediction_sets_each_predicted_figure_beside_the_rehearsals(rehearsal, capsys):
+    res, _ = rehearsal
+    assert main(["compare-prediction", str(CAMPAIGN), "--data-dir", str(res.data_root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = {f["name"] for f in out["figures"]}
+    # at the campaign's own conditions: its stream counts and its context lengths
+    assert {"agent_turns_1_median_tok_s", "agent_turns_3_median_tok_s", "tpot_4096_ms", "ttft_16384_s"} <= names
+    assert all(f["measured"] and f["run"] for f in out["figures"])
+    # the experiments this short campaign does not run are named, not left out in silence
+    whys = " ".join(m["why"] for m in out["missing"])
+    assert "no cached_prefix experiment" in whys and "no concurrency experiment" in whys
+    # the emulated pod runs the predicted pod model: its decode comes back close to the prediction
+    agent = [f for f in out["figures"] if f["name"].startswith("agent_turns_")]
+    assert all(1 / 1.5 <= f["ratio"] <= 1.5 for f in agent), agent
+    assert main(["compare-prediction", str(CAMPAIGN), "--data-dir", str(res.data_root)]) == 0
+    assert "missing: " in capsys.readouterr().out

@@ -54,9 +54,9 @@ def test_the_status_column_says_words_not_code() -> None:
 def test_the_ledger_command_carries_the_data_dir() -> None:
     from types import SimpleNamespace
 
-    from offload_lab.cli.campaign import _campaign_notes
+    from offload_lab.campaigns.commands import campaign_notes as _campaign_notes
 
     result = SimpleNamespace(boot_attempts=[], runs=[], session="s1", campaign="embedded")
-    assert _campaign_notes(result, "/tmp/d") == ["ledger session s1: `offload-lab campaign ledger embedded "
+    assert _campaign_notes(result, "/tmp/d") == ["ledger session s1: `offload-lab campaign ledger --campaign embedded "
                                                  "--data-dir /tmp/d`"]
-    assert _campaign_notes(result, "data") == ["ledger session s1: `offload-lab campaign ledger embedded`"]
+    assert _campaign_notes(result, "data") == ["ledger session s1: `offload-lab campaign ledger --campaign embedded`"]

@@ -220,7 +220,7 @@ def _section_registry() -> dict:
 def _expected(data_root: Path, campaign: str = "reference") -> dict[str, float]:
     """The issue's figures, computed here straight from the published run through the library."""
     inp = gather(published.read_published(data_root, campaign), "published-week", "published")
-    d, prices = Demand(inp.q), cost.Prices(inp.pod_eur_per_hour, inp.seat_eur_per_month)
+    d, prices = Demand(inp.q), cost.Prices(inp.pod_price_per_hour, inp.seat_price_per_month, currency=inp.currency)
     pods = {n: capacity.pods_for_team(n, inp.streams_per_pod, d, 0.01) for n in (100, 250)}
     return {
         "seats.alpha_1pct": capacity.seats_for_streams(inp.streams_per_pod, d, 0.01),

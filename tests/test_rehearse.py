@@ -63,9 +63,9 @@ def test_the_study_answer_follows_from_the_emulated_runs(rehearsal):
     assert seats == {0.01: 19, 0.05: 28}
     pods = {t: min(m for m in range(1, 50) if binom.sf(streams * m, t, q) <= 0.01) for t in (100, 250)}
     assert pods == {100: 4, 250: 7}
-    month = values["pod_eur_per_hour"] * 24 * 365 / 12
-    saving = {t: 1 - pods[t] * month / (values["seat_eur_per_month"] * t) for t in pods}
-    assert round(month / values["seat_eur_per_month"], 1) == 15.1
+    month = values["pod_price_per_hour"] * 24 * 365 / 12
+    saving = {t: 1 - pods[t] * month / (values["seat_price_per_month"] * t) for t in pods}
+    assert round(month / values["seat_price_per_month"], 1) == 15.1
     assert round(saving[100], 2) == 0.39 and round(saving[250], 2) == 0.58
     # The paper prints exactly these.
     c = {k: v["text"] for k, v in json.loads(rehearsal.paper.claims_json.read_text())["claims"].items()

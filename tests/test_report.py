@@ -53,7 +53,7 @@ def _fields(spec: dict[str, Any]) -> set[str]:
 def test_report_is_one_offline_file_with_hover_on_every_chart(data: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.html"
-    assert main(["report", "embedded-fixture", "--data-dir", str(data), "--out", str(out)]) == 0
+    assert main(["report", "--campaign", "embedded-fixture", "--data-dir", str(data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "charts" in printed and out.resolve().as_uri() in printed
     text = out.read_text(encoding="utf-8")
@@ -150,6 +150,6 @@ def test_runs_are_named_by_what_differs() -> None:
 
 
 def test_bad_campaign_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", "nope", "--data-dir", str(tmp_path)]) == 2
+    assert main(["report", "--campaign", "nope", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope" in err

@@ -61,10 +61,10 @@ import sys
 from offload_lab.core import runs
 from offload_lab.experiments.quality import runner as q
 from offload_lab.core.errors import OffloadLabError
-url, data, model = sys.argv[1:4]
+url, data, model, key_env = sys.argv[1:5]
 run = runs.new_run(data, "c", "quality", {}, server={"url": url})
 params = q.QualityParams(benchmarks=["gsm8k"], limit=1, replicates=1, side="local", on_canary_failure="continue",
-                         local={"model": model, "api_key_env": "H35_TEST_KEY", "retries": 0, "backoff_s": 0})
+                         local={"model": model, "api_key_env": key_env or None, "retries": 0, "backoff_s": 0})
 try:
     q.run_experiment(run, url, params, log=print)
     run.finish("ok")
@@ -82,7 +82,8 @@ def test_secrets_a_server_echoes_never_reach_a_file_or_a_message(tmp_path, where
     side.json, canaries.json, items.jsonl, the manifest) or in what was printed."""
     with HostileServer("echo_auth") as srv:
         url = srv.url_with("u", SECRET) if where == "url" else srv.url
-        r = subprocess.run([sys.executable, "-c", _QUALITY_DRIVER, url, str(tmp_path / "data"), MODEL],
+        r = subprocess.run([sys.executable, "-c", _QUALITY_DRIVER, url, str(tmp_path / "data"), MODEL,
+                            "" if where == "url" else "H35_TEST_KEY"],
                            capture_output=True, text=True, timeout=240, cwd=tmp_path,
                            env={**os.environ, "H35_TEST_KEY": KEY})
         sent = [h.get("Authorization", "") for _, _, h in srv.requests]
@@ -93,6 +94,18 @@ def test_secrets_a_server_echoes_never_reach_a_file_or_a_message(tmp_path, where
     assert {"quality.json", "side.json", "canaries.json", "items.jsonl"} <= {p.name for p in written}, written
     assert files_holding(tmp_path, *needles) == [], r.stderr[-800:]
     assert not any(n in r.stdout + r.stderr for n in needles)
+
+
+def test_a_key_from_the_environment_wins_over_credentials_in_the_url(tmp_path):
+    """--api-key-env and http://u:p@host together: the key is what the server receives (a Bearer token), the URL's
+    user:password is not sent, and neither is stored."""
+    with HostileServer("ok") as srv:
+        r = subprocess.run([sys.executable, "-c", _QUALITY_DRIVER, srv.url_with("u", SECRET), str(tmp_path / "data"),
+                            MODEL, "H35_TEST_KEY"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                           env={**os.environ, "H35_TEST_KEY": KEY})
+        sent = [h.get("Authorization", "") for m, _, h in srv.requests if m == "POST"]
+    assert sent and all(a == f"Bearer {KEY}" for a in sent), (sent, r.stderr[-600:])
+    assert files_holding(tmp_path, SECRET, KEY, basic("u", SECRET)) == []
 
 
 def test_a_key_given_where_a_variable_name_belongs_is_named_never_printed(tmp_path):
@@ -210,11 +223,127 @@ def test_a_range_server_trickling_bytes_ends_at_the_request_deadline():
         srv.server_close()
 
 
+class _BadRange(BaseHTTPRequestHandler):
+    """A range server that is wrong in one way (``fault``): a Content-Range from another byte, a header that is not
+    JSON, a 200 with the whole body for a range request."""
+
+    fault = "wrong_start"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        if not self.path.endswith(".safetensors"):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        header = b"{not json" if self.fault == "garbage_header" else b'{"t": {"dtype": "F32", "shape": [1], ' \
+            b'"data_offsets": [0, 4]}}'
+        body = len(header).to_bytes(8, "little") + header + b"\0" * 4
+        if self.fault == "ignore_range":
+            self.send_response(200)
+        else:
+            self.send_response(206)
+            first = 5 if self.fault == "wrong_start" else 0
+            self.send_header("Content-Range", f"bytes {first}-{len(body) - 1}/{len(body)}")
+            body = body[first:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize("fault, words", [("wrong_start", "sent them from 5"), ("garbage_header", "header"),
+                                          ("ignore_range", "ignored the Range header")])
+def test_a_range_server_that_answers_wrongly_is_server_trouble_naming_the_url(tmp_path, fault, words):
+    handler = type("H", (_BadRange,), {"fault": fault})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/model.safetensors"
+        r = cli(["audit", url, "--tp", "1", "--usable-gib", "80"], tmp_path, timeout=120)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 3, (r.returncode, r.stderr[-600:])
+    assert url in r.stderr and words in r.stderr, r.stderr[-600:]
+
+
+def test_an_audit_of_a_url_with_credentials_never_records_them():
+    """The checkpoint an audit records (and prints, --json too) names the URL without its user:password."""
+    from offload_lab.fit import remote
+
+    handler = type("H", (_BadRange,), {"fault": "none"})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://u:{SECRET}@127.0.0.1:{srv.server_address[1]}/model.safetensors"
+        ckpt = remote.read_remote(url, remote.RemoteOptions(retries=0))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert ckpt.source.endswith("/model.safetensors") and SECRET not in ckpt.source, ckpt.source
+
+
+class _TrickleHeaders(BaseHTTPRequestHandler):
+    """Never finishes its status line: one byte every 0.2 s, each resetting any per-read timeout."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        try:
+            for _ in range(1500):
+                self.wfile.write(b"H")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def test_a_server_trickling_its_headers_ends_at_the_whole_request_deadline():
+    """The status line and headers come under the deadline too: /v1/models (the load generator's first call) and
+    an audit's range read both give up at theirs, naming the URL."""
+    from offload_lab.core.errors import ServerError
+    from offload_lab.fit import remote
+    from offload_lab.load.endpoint import Endpoint
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _TrickleHeaders)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        with pytest.raises(ServerError, match="within 1.5 s"):
+            Endpoint(url).models(timeout_s=1.5)
+        with pytest.raises(remote.TooSlowError, match=r"127\.0\.0\.1.*1\.5 s deadline"):
+            remote.read_remote(url + "/model.safetensors", remote.RemoteOptions(retries=0, deadline_s=1.5,
+                                                                                 timeout_s=5))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("text, words", [("vllm:generation_tokens_total \u0665\n", "ASCII digits"),
+                                         ("vllm:generation_tokens_total 1" + "0" * 400 + "\n", "too large"),
+                                         ("vllm:generation_tokens_total 1e300\n", "beyond")])
+def test_metrics_with_numbers_no_exporter_writes_are_a_server_error(text, words):
+    from offload_lab.load import metrics
+    from offload_lab.load.responses import BadResponse
+
+    with pytest.raises(BadResponse, match=words):
+        metrics.parse_checked(text, "http://127.0.0.1:9/metrics")
+    assert metrics.parse("vllm:num_requests_running NaN\nvllm:generation_tokens_total 5\n") == {
+        "vllm:generation_tokens_total": 5.0}
+
+
 # --- lies ---------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode, kinds", [("usage_huge", ("bad_response", "lie")), ("usage_zero", ("lie",)),
-                                         ("cached_above", ("lie",)), ("no_done", ("no_done",))])
+                                         ("cached_above", ("lie",)), ("no_done", ("no_done",)),
+                                         ("finish_early", ("lie",)), ("prompt_huge", ("lie",))])
 def test_usage_that_contradicts_the_stream_is_flagged_and_fails_the_run(tmp_path, mode, kinds):
     with HostileServer(mode) as srv:
         r = cli(bench(srv.url, tmp_path / "out"), tmp_path, timeout=120)
@@ -223,6 +352,17 @@ def test_usage_that_contradicts_the_stream_is_flagged_and_fails_the_run(tmp_path
     assert events and all(e["error_kind"] in kinds and not e["ok"] for e in events), [e["error"] for e in events]
     manifest = json.loads(next((tmp_path / "out").rglob("manifest.json")).read_text())
     assert manifest["outcome"] != "ok"
+
+
+def test_a_stream_that_comes_in_one_read_is_no_measurement(tmp_path):
+    # A buffering proxy hands over every token at once: no time between tokens, so no per-stream speed. It used
+    # to print "held the bar up to 0 stream(s)" and exit 0.
+    with HostileServer("one_read") as srv:
+        r = cli(bench(srv.url, tmp_path / "out"), tmp_path, timeout=120)
+    assert r.returncode == 3, (r.returncode, r.stderr[-800:])
+    assert "could be measured" in r.stderr and "one read" in r.stderr
+    manifest = json.loads(next((tmp_path / "out").rglob("manifest.json")).read_text())
+    assert manifest["outcome"] == "failed"
 
 
 def test_open_loop_with_no_success_is_not_ok(tmp_path):
@@ -259,6 +399,39 @@ def test_a_torn_last_line_survives_and_the_next_writer_starts_a_fresh_line(tmp_p
     events = runs.read_events(path, torn)
     assert [e["event"] for e in events] == ["start", "start", "end"] and len(torn) == 1
     assert len(ledger.read_ledger(tmp_path, "c")) == 2
+
+
+def test_sigkill_mid_level_keeps_the_requests_that_finished(tmp_path):
+    """Two requests of a level finish, the third hangs, and the load generator is SIGKILLed: no handler runs, yet
+    both finished requests are in events.jsonl (the journal writer had them as they finished)."""
+    import signal
+
+    with HostileServer("hang_third") as srv:
+        args = bench(srv.url, tmp_path / "out")
+        args[args.index("--requests-per-stream") + 1] = "4"
+        err = open(tmp_path / "stderr.txt", "w")
+        p = subprocess.Popen([sys.executable, "-c", "import sys; from offload_lab.cli.main import main; "
+                              "sys.exit(main())", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=err, env={**os.environ, "OFFLOAD_LAB_LOG_DIR": str(tmp_path)})
+        try:
+            for _ in range(1200):
+                if srv.streams_started() >= 3 or p.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert srv.streams_started() >= 3, (tmp_path / "stderr.txt").read_text()[-800:]
+            time.sleep(1.0)  # the third is in flight, hanging
+            p.send_signal(signal.SIGKILL)
+            p.wait(30)
+            for _ in range(150):  # the writer drains its pipe after the kill, then exits at end of file
+                if len(request_events(tmp_path / "out")) >= 2:
+                    break
+                time.sleep(0.1)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            err.close()
+    events = request_events(tmp_path / "out")
+    assert len(events) == 2 and all(e["ok"] and e["level"] == 1 for e in events), events
 
 
 def test_a_bundle_never_replaces_the_users_own_files(tmp_path):

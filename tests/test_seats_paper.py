@@ -22,7 +22,8 @@ from offload_lab.core import runs
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = Path(claims_sources.__file__).with_name("section.qmd")  # the capacity experiment's prose
 # The text speaks of the campaign's own teams (issue 32): every size in a table, the largest by role.
-ISSUE_CLAIMS = ("seats.alpha_1pct", "seats.alpha_5pct", "teams.largest", "pods.team_largest", "cost.break_even_seats",
+ISSUE_CLAIMS = ("seats.at_alphas", "seats.rule", "capacity.alphas", "teams.largest", "pods.team_largest",
+                "cost.break_even_seats",
                 "cost.saving_team_largest", "cost.currency")
 TABLE_CLAIMS = ("pods.teams_table", "cost.teams_table")
 

@@ -86,3 +86,66 @@ def test_prices_carry_their_currency_and_the_old_flags_still_work(capsys):
     assert main(["capacity", "--q", "0.071", "--streams-per-pod", "4", "--alpha", "0.01", "--team", "30",
                  "--pod-price", "3.73"]) == 2
     assert "--seat-price" in capsys.readouterr().err
+
+
+# -- correlated demand on top of the Poisson-binomial -------------------------------------------------------------
+
+def test_correlated_equal_q_is_scipys_beta_binomial():
+    for n, q, rho in ((30, 0.071, 0.05), (12, 0.3, 0.2), (250, 0.071, 0.02)):
+        k = (1 - rho) / rho
+        want = stats.betabinom.pmf(np.arange(n + 1), n, q * k, (1 - q) * k)
+        assert np.allclose(team.pmf([q] * n, rho), want, atol=1e-12)
+        d = capacity.Demand(q, rho)
+        assert team.streams_needed([q] * n, 0.01, rho) == capacity.streams_for_team(n, d, 0.01)
+    assert np.allclose(team.pmf([0.1, 0.3, 0.05], 0.0), team.pmf([0.1, 0.3, 0.05]))
+
+
+def test_correlated_unequal_q_against_an_integral_of_the_brute_force():
+    """The day level integrated by scipy's adaptive quadrature over the Beta density, each day's law enumerated
+    over every subset of developers: nothing shared with the Gauss-Jacobi convolution but the model."""
+    from scipy import integrate
+
+    qs, rho = [0.05, 0.3, 0.12, 0.5, 0.08], 0.15
+    mean, k = float(np.mean(qs)), (1 - rho) / rho
+    beta = stats.beta(mean * k, (1 - mean) * k)
+
+    def day_law(b: float, count: int) -> float:
+        chance = [min(1.0, q * b / mean) for q in qs]
+        return sum(np.prod([c if bit else 1 - c for c, bit in zip(chance, bits)])
+                   for bits in itertools.product((0, 1), repeat=len(qs)) if sum(bits) == count)
+
+    # split where the cap at 1 bends the integrand (b = mean / q for each q), so that quad sees smooth pieces
+    cuts = sorted({0.0, 1.0, *(min(1.0, mean / q) for q in qs)})
+    want = [sum(integrate.quad(lambda b: beta.pdf(b) * day_law(b, c), lo, hi, limit=200)[0]
+                for lo, hi in zip(cuts, cuts[1:])) for c in range(len(qs) + 1)]
+    assert np.allclose(team.pmf(qs, rho, nodes=400), want, atol=2e-4)
+    assert team.pmf(qs, rho).sum() == pytest.approx(1.0)
+    # correlation fattens the tail: never fewer streams than for independent developers
+    assert team.streams_needed(qs, 0.05, rho) >= team.streams_needed(qs, 0.05)
+
+
+def test_the_simulation_agrees_with_the_integral_within_its_sampling_error():
+    qs = np.random.default_rng(7).uniform(0.02, 0.2, 40)
+    rho, streams = 0.1, 8
+    sim = team.simulate(qs, rho, days=1500, moments_per_day=40, seed=11)
+    exact = team.sf(streams, qs, rho)
+    assert abs(sim.overflow_probability(streams) - exact) < 4 * sim.overflow_standard_error(streams)
+    assert sim.overflow_probability(streams) > team.sf(streams, qs)  # above the independent tail, as the model is
+    assert team.simulate(qs, rho, 5, 10, seed=3).day_counts.tolist() == team.simulate(qs, rho, 5, 10,
+                                                                                        seed=3).day_counts.tolist()
+    with pytest.raises(InputError, match="rho"):
+        team.pmf(qs, 1.0)
+
+
+def test_several_developers_with_correlation_from_the_command_line(team_export, capsys):
+    argv = ["capacity", "--profile", str(team_export), "--stream-tok-s", "40", "--prefill-tok-s", "3000",
+            "--streams-per-pod", "1", "--alpha", "0.05", "--pod-price", "2.5", "--seat-price", "200",
+            "--currency", "USD", "--json"]
+    assert main(argv) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--rho", "0.3"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    qs = [d["q"] for d in r["developers"]]
+    assert r["model"] == "poisson-binomial, correlated" and r["rho"] == 0.3
+    assert r["streams_needed"] == team.streams_needed(qs, 0.05, 0.3) >= alone["streams_needed"]
+    assert r["overflow_probability"] == pytest.approx(team.sf(r["pods"], qs, 0.3))

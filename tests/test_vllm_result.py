@@ -44,7 +44,7 @@ def vllm_fields() -> set[str]:
 
 def test_load_levels_read_back_by_vllms_field_names(tmp_path: Path) -> None:
     out = tmp_path / "vllm"
-    assert main(["report", "embedded", "--data-dir", str(REPO_ROOT / "data"), "--experiment", "concurrency",
+    assert main(["report", "--campaign", "embedded", "--data-dir", str(REPO_ROOT / "data"), "--experiment", "concurrency",
                  "--out", str(tmp_path / "r.html"), "--vllm-json", str(out)]) == 0
     files = sorted(out.glob(f"{RUN.parent.name}-*-c*.json"))
     assert files

@@ -12,7 +12,9 @@ and non-streamed chat answers for the quality experiment. The modes:
 - ``no_done``: streams end without ``[DONE]``;
 - ``trickle``: a stream that sends a comment every 0.2 s and never a token;
 - ``metrics_garbage``: ``/metrics`` answers bytes that are not Prometheus text;
-- ``redirect_away``: every request is redirected to another host.
+- ``redirect_away``: every request is redirected to another host;
+- ``hang_third``: streamed completions after the second send headers and then nothing for minutes (a level that a
+  SIGKILL catches with two requests finished and one in flight).
 """
 
 from __future__ import annotations
@@ -111,6 +113,14 @@ class HostileServer:
                     self._json(404, {"error": "no such path"})
 
             def _send(self, data: bytes) -> None:
+                if outer.mode == "one_read" and data:  # a buffering proxy: the whole stream in one write
+                    self.held = getattr(self, "held", b"") + data
+                    return
+                if outer.mode == "one_read" and getattr(self, "held", b""):
+                    data, self.held = self.held, b""
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
+                    self.wfile.flush()
+                    return
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
@@ -122,6 +132,9 @@ class HostileServer:
                 n = int(body.get("max_tokens") or 4)
                 prompt = len(outer.ids(str(body.get("prompt"))))
                 try:
+                    if outer.mode == "hang_third" and outer.streams_started() > 2:
+                        time.sleep(300)
+                        return
                     if outer.mode == "trickle":
                         for _ in range(3000):  # 10 minutes of comments at most: the client gives up long before
                             self._send(b": still thinking\n\n")
@@ -133,11 +146,16 @@ class HostileServer:
                                  "prompt_tokens_details": {"cached_tokens": 0}}
                         if outer.mode == "cached_above":
                             usage["prompt_tokens_details"]["cached_tokens"] = prompt + 100
+                        if outer.mode == "prompt_huge":
+                            usage["prompt_tokens"] = prompt * 1000
+                        finish = "length" if done == n else ("stop" if outer.mode == "finish_early" and i == 0
+                                                              else None)
                         chunk = {"id": "c", "object": "text_completion", "model": MODEL,
-                                 "choices": [{"index": 0, "text": f" w{i}",
-                                              "finish_reason": "length" if done == n else None}], "usage": usage}
+                                 "choices": [{"index": 0, "text": f" w{i}", "finish_reason": finish}],
+                                 "usage": usage}
                         self._send(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    final = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+                    final = {"prompt_tokens": prompt * (1000 if outer.mode == "prompt_huge" else 1),
+                             "completion_tokens": n, "total_tokens": prompt + n}
                     if outer.mode == "usage_huge":
                         final["completion_tokens"] = 10 ** 9
                     elif outer.mode == "usage_zero":
@@ -152,6 +170,9 @@ class HostileServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def streams_started(self) -> int:
+        return sum(1 for m, p, _ in list(self.requests) if m == "POST" and p == "/v1/completions")
 
     def ids(self, text: str) -> list[int]:
         out = []

@@ -55,9 +55,9 @@ def round_order(tools: list[str], r: int) -> list[str]:
 
 def check_params(p: CompareParams, block: int) -> None:
     check_tools(p.tools)
-    if p.cache == "shared" and p.input_len <= p.shared_blocks * block:
-        raise InputError(f"--input-len {p.input_len} is not longer than the shared prefix of {p.shared_blocks} "
-                         f"block(s) of {block} tokens; ask for more than {p.shared_blocks * block} tokens")
+    if p.cache == "shared" and p.prompt_tokens <= p.shared_blocks * block:
+        raise InputError(f"--prompt-tokens {p.prompt_tokens} is not longer than the shared prefix of "
+                         f"{p.shared_blocks} block(s) of {block} tokens; ask for more than {p.shared_blocks * block} tokens")
 
 
 # --- prompts -----------------------------------------------------------------------------------------------------
@@ -90,13 +90,13 @@ def prompt_sets(tok: prompts.Tokenizer, run_id: str, p: CompareParams, tools: li
         for tool in tools:
             salt = f"{run_id}/{r}/{tool}"
             if p.cache == "cold":
-                sets[(r, tool)] = [prompts.exact_prompt(tok, p.input_len, f"{salt}/{i}") for i in range(p.num_prompts)]
+                sets[(r, tool)] = [prompts.exact_prompt(tok, p.prompt_tokens, f"{salt}/{i}") for i in range(p.num_prompts)]
                 continue
             prefix_text = prompts.exact_prompt(tok, p.shared_blocks * block, f"{salt}/prefix")
             prefix_ids = tok.tokenize(prefix_text)
-            sets[(r, tool)] = [shared_prompt(tok, prefix_ids, prefix_text, p.input_len, f"{salt}/{i}")
+            sets[(r, tool)] = [shared_prompt(tok, prefix_ids, prefix_text, p.prompt_tokens, f"{salt}/{i}")
                                for i in range(p.num_prompts)]
-            primes[(r, tool)] = shared_prompt(tok, prefix_ids, prefix_text, p.input_len, f"{salt}/prime")
+            primes[(r, tool)] = shared_prompt(tok, prefix_ids, prefix_text, p.prompt_tokens, f"{salt}/prime")
     return sets, primes
 
 
@@ -170,11 +170,11 @@ def run_ours(endpoint: Endpoint, model: str, texts: list[str], p: CompareParams,
     """Our closed loop on exactly these prompts, with no /metrics scrape during the window (the peers scrape none:
     a scrape costs the server CPU)."""
     per_stream = -(-len(texts) // p.concurrency)
-    work = PreparedWorkload(spec=WorkloadSpec(regime="short", prompt_tokens=p.input_len, output_tokens=p.output_len,
+    work = PreparedWorkload(spec=WorkloadSpec(regime="short", prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
                                               block_size=16),
                             model=model, streams=p.concurrency, requests_per_stream=per_stream)
-    work.queues = [[RequestSpec("/v1/completions", load.completion_payload(model, t, p.output_len), p.output_len,
-                                prompt_tokens=p.input_len) for t in texts[s::p.concurrency]]
+    work.queues = [[RequestSpec("/v1/completions", load.completion_payload(model, t, p.output_tokens), p.output_tokens,
+                                prompt_tokens=p.prompt_tokens) for t in texts[s::p.concurrency]]
                    for s in range(p.concurrency)]
     stop = closed_loop.StopState(closed_loop.StopRule(scope="level"))
     result = load.run_sync(closed_loop.run_level(endpoint, work, stop, log, None, extra={"round": r, "tool": "ours"}))
@@ -199,7 +199,7 @@ def window_row(tool: str, r: int, position: int, got: peers.ToolResult, server: 
     checks = []
     if server["server_requests"] is not None and server["server_requests"] != got.completed:
         checks.append(f"server finished {server['server_requests']:.0f} request(s), the tool reports {got.completed}")
-    want_tokens = got.completed * p.output_len
+    want_tokens = got.completed * p.output_tokens
     if server["server_generation_tokens"] is not None and server["server_generation_tokens"] != want_tokens:
         checks.append(f"server generated {server['server_generation_tokens']:.0f} tokens, not {want_tokens}")
     cached = server["server_cached_tokens"]
@@ -295,7 +295,7 @@ def compare(run: runs.Run, base_url: str | Endpoint, server_python: Path, model:
     endpoint = Endpoint.of(base_url)
     block = server_metrics.block_size(endpoint.base_url)
     check_params(p, block)
-    ctx = peers.PeerContext(base_url=endpoint.base_url, model=model, tokenizer=tokenizer, output_len=p.output_len,
+    ctx = peers.PeerContext(base_url=endpoint.base_url, model=model, tokenizer=tokenizer, output_len=p.output_tokens,
                             concurrency=p.concurrency, server_python=server_python, run_dir=run.path,
                             log_path=run.file("peers.log"))
     for tool in p.tools:
@@ -335,7 +335,9 @@ def compare(run: runs.Run, base_url: str | Endpoint, server_python: Path, model:
     import pandas as pd
 
     run.write_table(WINDOWS, pd.DataFrame(rows))
-    out = {**p.model_dump(mode="json"), "block_size": block, "client_cpus": sorted(cpus) if cpus else None,
+    # by_alias: the record keeps its keys (input_len, output_len) whatever the fields are called now
+    out = {**p.model_dump(mode="json", by_alias=True), "block_size": block,
+           "client_cpus": sorted(cpus) if cpus else None,
            "peer_versions": {t: peers.PEERS[t].version(ctx) for t in p.tools}, **summarize(rows, p.tools)}
     run.write_json(SUMMARY, out)
     by_tool = {t: sum(r["completed"] for r in rows if r["tool"] == t) for t in tools}

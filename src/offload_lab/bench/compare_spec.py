@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from offload_lab.core.bounds import MAX_TOKENS
 
@@ -36,9 +36,14 @@ class CompareParams(BaseModel):
                              description="peers beside this load generator: vllm, aiperf, guidellm")
     # Longer than one KV block (128 on vLLM's CPU backend), so that a prefix hit is possible and the cache check
     # has something to find; with 128-token prompts no block can ever hit and the check is empty.
-    input_len: int = Field(320, ge=4, le=MAX_TOKENS,
-                           description="prompt tokens, longer than one KV block so that the cache check can find a hit")
-    output_len: int = Field(64, ge=2, le=MAX_TOKENS, description="output tokens per request")
+    # Named as the load generator's WorkloadSpec names them (one flag, one field); the old names (vllm bench
+    # serve's, kept in the comparison's JSON: serialization_alias) still load.
+    prompt_tokens: int = Field(320, ge=4, le=MAX_TOKENS, validation_alias=AliasChoices("prompt_tokens", "input_len"),
+                               serialization_alias="input_len",
+                               description="prompt tokens, longer than one KV block so that the cache check can find "
+                                           "a hit")
+    output_tokens: int = Field(64, ge=2, le=MAX_TOKENS, validation_alias=AliasChoices("output_tokens", "output_len"),
+                               serialization_alias="output_len", description="output tokens per request")
     num_prompts: int = Field(16, ge=1, description="requests per round and tool")
     concurrency: int = Field(1, ge=1, description="closed-loop concurrency")
     # Mirrored rounds come in pairs; four or more for a figure anyone quotes (a test may run two).

@@ -46,9 +46,11 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import default
 
-from offload_lab.core.errors import ProducerError
+from offload_lab.core.errors import InputError, ProducerError
+from offload_lab.core.notebooks import redact_notebook
 
 KERNEL_NAME = "offload-lab"
+OUTPUT_NOTEBOOK = "notebook.ipynb"  # the executed notebook a run keeps beside its data
 KERNEL_DISPLAY_NAME = "Python (offload-lab)"
 # The Jupyter applications whose kernels a user starts from this environment, by the config file each one reads.
 SERVER_CONFIG = "jupyter_server_config.json"
@@ -174,6 +176,7 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], c
     from papermill.exceptions import PapermillExecutionError
     from traitlets.config import Config
 
+    check_parameters_cells(notebook)
     extra: dict[str, Any] = {}
     if watcher is not None:
         extra = {**watcher.hooks(), "stdout_file": watcher}
@@ -184,19 +187,72 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], c
             config=Config(kernel_manager_config()), **extra,
         )
     except PapermillExecutionError as e:
+        _redact_kept(output)
+        from offload_lab.core.redact import redact_text
+
         raise ProducerError(
-            f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {e.evalue}); "
+            f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {redact_text(str(e.evalue))}); "
             f"the output notebook is kept at {output}"
         ) from e
     except BaseException:
         _forget_abandoned_cell()
+        _redact_kept(output)
         raise
+    redact_notebook(output)
     nb = nbformat.read(str(output), as_version=4)
     # Some failures are recorded only in the metadata (papermill #786): check it as well as the cells.
     exc = nb.metadata.get("papermill", {}).get("exception")
     errors = [c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
     if exc or errors:
         raise ProducerError(f"notebook {notebook.name} recorded an error; the output notebook is at {output}")
+
+
+PARAMETERS_TAG = "parameters"
+INJECTED_TAG = "injected-parameters"  # papermill's tag for the cell it writes
+
+
+def parameters_cells_problem(nb: Any) -> str | None:
+    """Why a notebook's parameters cells would let a copy override the values it is given, or None: papermill injects
+    after the FIRST cell tagged ``parameters`` (or replaces an ``injected-parameters`` cell left by an earlier run), so
+    a second tagged cell (a copied cell keeps its tags) runs after the injected values and silently puts the file's
+    own back (``run_dir: None``: a stray run in the scratch campaign)."""
+    tagged = [i for i, c in enumerate(nb.cells) if PARAMETERS_TAG in (c.get("metadata", {}).get("tags") or [])]
+    injected = [i for i, c in enumerate(nb.cells) if INJECTED_TAG in (c.get("metadata", {}).get("tags") or [])]
+    if len(tagged) > 1:
+        cells = ", ".join(f"#{i + 1}" for i in tagged)
+        return (f"has {len(tagged)} cells tagged {PARAMETERS_TAG!r} (cells {cells}, counting from 1): papermill "
+                "injects the values it is given after the first, and the others would put the notebook's own back; "
+                f"keep one and remove the {PARAMETERS_TAG!r} tag (or the cell) from the others")
+    if len(injected) > 1 or (injected and tagged and tagged[0] > injected[0]):
+        cells = ", ".join(f"#{i + 1}" for i in sorted(injected + tagged))
+        return (f"has an {INJECTED_TAG!r} cell from an earlier run followed by more parameters (cells {cells}, "
+                "counting from 1): the values given now would be overridden; delete the injected cell(s), or start "
+                "from the notebook in notebooks/ rather than an output notebook")
+    return None
+
+
+def check_parameters_cells(notebook: Path) -> None:
+    """InputError naming the notebook and the cells when :func:`parameters_cells_problem` finds one; a file that is not
+    a notebook is left to papermill's own error."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(notebook), as_version=4)
+    except Exception:  # not JSON, not a notebook: named where it is read (campaigns.runner.declared_parameters)
+        return
+    problem = parameters_cells_problem(nb)
+    if problem:
+        raise InputError(f"notebook {notebook} {problem}")
+
+
+def _redact_kept(output: Path) -> None:
+    """After a failed or stopped execution, whatever papermill saved so far; an error here must not hide the first."""
+    try:
+        if output.is_file():
+            redact_notebook(output)
+    except Exception as e:  # the notebook is kept unredacted: say so, since it may hold a secret
+        print(f"warning: the output notebook {output} could not be redacted ({type(e).__name__}); check it for "
+              "secrets before sharing it", file=sys.stderr)
 
 
 def _forget_abandoned_cell() -> None:
@@ -256,65 +312,142 @@ def write_jupyter_config(prefix: Path | str | None = None) -> list[Path]:
     return written
 
 
+PARAMETER_FLAGS = ("-p", "--parameter")
+
+
+def _joined_parameters(argv: list[str]) -> list[str]:
+    """``-p NAME VALUE`` (papermill's form) as ``-p NAME=VALUE`` (this module's): both are taken, so the one name a
+    user learnt from either tool works. A token after ``-p`` that is ``NAME=...`` with NAME a Python name is the
+    one-token form; anything else is a name whose value is the next token."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in PARAMETER_FLAGS and i + 1 < len(argv):
+            first = argv[i + 1]
+            name, sep, _ = first.partition("=")
+            if (sep and name.isidentifier()) or i + 2 >= len(argv):
+                out += [a, first]
+                i += 2
+            else:
+                out += [a, f"{first}={argv[i + 2]}"]
+                i += 3
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def _parameter(text: str) -> tuple[str, Any]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"parameter {text[:80]!r} is not NAME=VALUE (the value is read as YAML)")
-    from offload_lab.core.errors import InputError
+    """One ``NAME=VALUE``, the value read as YAML (bounded: an alias bomb is refused); InputError naming it."""
     from offload_lab.core.inputs import parse_yaml_value
 
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise InputError(f"parameter {text[:80]!r} is not NAME=VALUE or NAME VALUE with NAME a Python name "
+                         "(the value is read as YAML)")
     try:
-        return name, parse_yaml_value(value, f"parameter {name[:80]}")  # bounded: an alias bomb is refused
-    except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"parameter {name}: its value is not UTF-8 text; type it in a UTF-8 terminal") from None
+    return name, parse_yaml_value(value, f"parameter {name}")
+
+
+def _check_places(notebook: Path, output: Path, cwd: Path) -> None:
+    """What papermill would otherwise refuse with a traceback (or do harm with), each an InputError naming it."""
+    from offload_lab.core import inputs
+    from offload_lab.core.places import kind_of
+
+    text = inputs.read_text(notebook, "notebook", inputs.DATA_MAX_BYTES)  # missing, a folder, too big, not UTF-8
+    import nbformat
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # nbformat's notes on cell ids are not the user's problem
+            warnings.simplefilter("ignore")
+            nbformat.validate(nbformat.reads(text, as_version=4))
+    except Exception as e:  # nbformat's own errors: not JSON, not a notebook, a version it does not know
+        raise InputError(f"notebook {notebook} is not a Jupyter notebook ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:160]}); give a .ipynb file") from None
+    kind = kind_of(cwd)
+    if kind is None or not kind.endswith("a directory"):
+        raise InputError(f"--cwd {cwd}: {'no such directory' if kind is None else f'is {kind}, not a directory'}; "
+                         "give the folder the kernel should start in")
+    folder = output.parent if str(output.parent) else Path(".")
+    fkind = kind_of(folder)
+    if fkind is None or not fkind.endswith("a directory"):
+        raise InputError(f"output {output}: its folder {folder} does not exist; create it or choose another path")
+    if kind_of(output) is not None and not output.is_file():
+        raise InputError(f"output {output} is {kind_of(output)}, not a notebook file; give a path ending in .ipynb")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"output {output}: its folder {folder} cannot be written (read-only or not yours); "
+                         "choose another path")
+    if output.exists() and output.resolve() == notebook.resolve():
+        raise InputError(f"output {output} is the notebook itself, which papermill would overwrite; give another "
+                         "path")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m offload_lab.campaigns.execute",
-                                description="Run one notebook as papermill does, with the project's kernel over ipc.")
+                                description="Run one notebook as papermill does, with the project's kernel over ipc. "
+                                            "Parameters: -p NAME VALUE (papermill's form) or -p NAME=VALUE, the value "
+                                            "read as YAML. Bad input exits 2 naming it; a failed notebook 4.")
     p.add_argument("notebook", nargs="?", type=Path)
     p.add_argument("output", nargs="?", type=Path)
-    p.add_argument("-p", "--parameter", action="append", type=_parameter, default=[], metavar="NAME=VALUE")
+    p.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME VALUE",
+                   help="a notebook parameter, as `-p NAME VALUE` or `-p NAME=VALUE` (repeat it)")
     p.add_argument("--cwd", type=Path, default=Path.cwd(), help="the kernel's working directory")
     p.add_argument("--write-jupyter-config", action="store_true",
                    help="write the ipc setting into this environment's etc/jupyter/ config files and exit")
-    args = p.parse_args(argv)
+    args = p.parse_args(_joined_parameters(list(sys.argv[1:] if argv is None else argv)))
     if args.write_jupyter_config:
         for path in write_jupyter_config():
             print(f"wrote {path}")
         return 0
     if args.notebook is None or args.output is None:
         p.error("give a notebook and an output path (or --write-jupyter-config)")
-    if not args.notebook.is_file():
-        p.error(f"notebook {args.notebook} does not exist")
-    from offload_lab.core.errors import InputError
     from offload_lab.core.inputs import check_server_url
-    from offload_lab.core.redact import url_outside_parameters
+    from offload_lab.core.redact import redact_text, url_outside_parameters
 
     code = 0
-    params = dict(args.parameter)
     try:
-        if params.get("base_url"):
-            check_server_url(params["base_url"], "base_url")  # as `bench --url` checks it, before any kernel starts
+        params = dict(_parameter(t) for t in args.parameter)
+        _check_places(args.notebook, args.output, args.cwd)
+        check_parameters_cells(args.notebook)
+        url_name = next((n for n in ("url", "base_url") if params.get(n)), None)
+        if url_name:
+            check_server_url(params[url_name], url_name)  # as `bench --url` checks it, before any kernel starts
         # The URL's credentials go to the kernel through its environment, never into the output notebook.
-        with url_outside_parameters(params.get("base_url")) as shown:
-            if shown:
-                params["base_url"] = shown
+        with url_outside_parameters(params.get(url_name) if url_name else None) as shown:
+            if url_name and shown:
+                params[url_name] = shown
             execute_notebook(args.notebook, args.output, params, args.cwd)
     except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(redact_text(str(e)).split())}", file=sys.stderr)
         return 2
     except ProducerError as e:
-        from offload_lab.core.redact import redact_text
-
         print(f"error: {redact_text(str(e))}", file=sys.stderr)
         code = 4
+    except OSError as e:  # a full or read-only disk while papermill writes: named, not a traceback
+        print(f"error: {redact_text(f'cannot write {e.filename or args.output}: {e.strerror or e}')}; free space, "
+              "or choose another output path", file=sys.stderr)
+        return 2
     finally:
         # However it ended: where the run went, with its output notebook kept beside its data.
-        kept = keep_in_run(args.output) if args.output.is_file() else None
+        kept = _keep(args.output)
         if kept is not None:
             print(f"output notebook kept in the run directory: {kept}")
     return code
+
+
+def _keep(output: Path) -> Path | None:
+    try:
+        return keep_in_run(output) if output.is_file() else None
+    except (OSError, ValueError, InputError) as e:  # an output notebook that is not one, a run gone read-only
+        print(f"warning: the output notebook {output} was not copied into its run ({type(e).__name__}: "
+              f"{str(e)[:200]})", file=sys.stderr)
+        return None
 
 
 def run_directory_of(output: Path) -> Path | None:
@@ -322,6 +455,7 @@ def run_directory_of(output: Path) -> Path | None:
     printed into the output notebook (None for a notebook that makes no run, such as explore.ipynb)."""
     import nbformat
 
+    from offload_lab.core.runs import MANIFEST
     from offload_lab.experiments.notebook import RUN_DIRECTORY
 
     nb = nbformat.read(str(output), as_version=4)
@@ -330,14 +464,13 @@ def run_directory_of(output: Path) -> Path | None:
             for line in reversed(str(out.get("text", "")).splitlines()):
                 if line.startswith(RUN_DIRECTORY):
                     path = Path(line[len(RUN_DIRECTORY):].strip().rsplit(" (", 1)[0])
-                    return path if (path / "manifest.json").is_file() else None
+                    return path if (path / MANIFEST).is_file() else None
     return None
 
 
 def keep_in_run(output: Path) -> Path | None:
     """Copy the output notebook into the run it made (``notebook.ipynb``, as the campaign runner keeps it) and add it
     to the finished run's manifest, so that the paper links a hand run to its notebook as it does a campaign's."""
-    from offload_lab.campaigns.steps import OUTPUT_NOTEBOOK
     from offload_lab.core import runs
 
     run_dir = run_directory_of(output)

@@ -37,6 +37,7 @@ Mode = Literal["auto", "rich", "quiet", "json"]
 # In quiet mode, the longest a running step stays silent: a "still running" line follows this many seconds after
 # the last line printed.
 QUIET_EVERY_S = 10.0
+LONGEST_LINE = 4096  # of the kernel's output kept while its line is unfinished: count and phase lines are far shorter
 
 
 class Progress:
@@ -301,8 +302,14 @@ class Progress:
 
     def write(self, text: str) -> int:
         """The kernel's stdout, as papermill tees it: count and phase lines update the display, the rest is ignored."""
-        self._buffer += text
-        *lines, self._buffer = self._buffer.split("\n")
+        if "\n" not in text:
+            # Split only what came: a cell printing megabytes without a newline arrives in thousands of pieces, and
+            # splitting the whole buffer each time made the campaign crawl. No count or phase line is that long.
+            self._buffer = (self._buffer + text)[-LONGEST_LINE - 1:]  # still too long to read, if it was
+            return len(text)
+        head, *more = text.split("\n")
+        lines = [self._buffer + head, *more[:-1]]
+        self._buffer = more[-1][-LONGEST_LINE - 1:]
         for line in lines:
             self._read(line)
         return len(text)
@@ -333,8 +340,8 @@ class Progress:
             self._buffer = ""
 
     def _read(self, line: str) -> None:
-        if self._current() is None:
-            return
+        if self._current() is None or len(line) > LONGEST_LINE:
+            return  # a line longer than any count or phase line: COUNT_LINE's search is quadratic in its length
         m = COUNT_LINE.search(line)
         if m:
             self.count(m["label"].strip(), int(m["done"]), int(m["total"]), m["unit"])

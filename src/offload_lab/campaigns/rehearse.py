@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from offload_lab.campaigns import rehearse_cost, rehearse_report
 from offload_lab.campaigns import runner as campaigns
-from offload_lab.core import environment, inputs, runs
+from offload_lab.core import environment, inputs, paths, runs
 from offload_lab.core.errors import InputError
 from offload_lab.core.timescale import DEFAULT_TIME_SCALE, TimeScale
 from offload_lab.emulate.podmodel import load_pod_model
@@ -85,26 +85,6 @@ class Overrides(BaseModel):
     skip: list[str] = Field(default_factory=list, description="experiments the rehearsal leaves out")
     why: str = Field("", description="why the campaign is shortened (recorded)")
     ready_timeout_s: float = Field(120.0, gt=0, description="the emulated servers' ready timeout")
-
-
-class _Scaled:
-    """A pod model's pace as the accelerated emulator serves it (for the model's seconds of what ran here)."""
-
-    def __init__(self, model: Any, scale: TimeScale):
-        self.model, self.scale = model, scale
-
-    def ttft_s(self, new_tokens: int, cached_tokens: int = 0) -> float:
-        return self.scale.serve_ttft_s(self.model.ttft_s(new_tokens, cached_tokens))
-
-    def tpot_ms(self, streams: float, context_tokens: int) -> float:
-        return self.scale.serve_tpot_ms(self.model.tpot_ms(streams, context_tokens))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
-
-
-def served_pace(model: Any, scale: TimeScale) -> Any:
-    return model if not scale.accelerated else _Scaled(model, scale)
 
 
 def max_streams(campaign: campaigns.Campaign) -> int:
@@ -333,7 +313,7 @@ def derived_campaign(campaign: campaigns.Campaign, name: str, swap: dict[Path, P
 
 # --- the rehearsal ---------------------------------------------------------------------------------------------------
 
-def rehearse(campaign_file: Path | str, data_root: Path | str = "data/rehearsals",
+def rehearse(campaign_file: Path | str, data_root: Path | str = paths.REHEARSALS_DIR,
              overrides_file: Path | str | None = None, pod_model: Path | str | None = None,
              paper: bool = True, paper_out: Path | str | None = None,
              log: Callable[[str], None] = print, progress: Any = None,

@@ -50,7 +50,7 @@ def predict(model: PodModel, rows: list[dict[str, Any]], price: dict[str, Any] |
     """``rows``: one per experiment with ``kind``, ``seconds`` (measured here), ``full`` and ``rehearsed`` (the
     campaign's and the rehearsal's parameters). Adds the scale, the predicted minutes and cost; returns the totals.
     ``served``: the pace the emulator served what ran here at (an accelerated rehearsal's, see
-    :func:`offload_lab.campaigns.rehearse.served_pace`; default the model's own): the model's seconds of the rehearsed
+    :func:`offload_lab.core.timescale.served_pace`; default the model's own): the model's seconds of the rehearsed
     parameters at that pace are what the measured seconds hold, replaced by the model's seconds of the full ones."""
     per_hour = float(price["per_hour"]) if price else None
     total_min = 0.0

@@ -13,7 +13,7 @@ import pandas as pd
 from offload_lab.campaigns import rehearse_cost
 from offload_lab.campaigns import runner as campaigns
 from offload_lab.core import runs
-from offload_lab.core.timescale import MANIFEST_KEY, REAL_TIME, TimeScale
+from offload_lab.core.timescale import MANIFEST_KEY, REAL_TIME, TimeScale, of_manifest, served_pace
 from offload_lab.emulate.podmodel import PodModel
 from offload_lab.experiments.notebook import kind_of_notebook
 
@@ -130,8 +130,6 @@ def comparison(model: PodModel, data_root: Path, campaign: str, kinds: dict[str,
         compare = rehearse_cost.declared(kind, "compare")
         if compare is None or (run := _latest(data_root, campaign, experiment)) is None:
             continue
-        from offload_lab.core.timescale import of_manifest
-
         scale = of_manifest(runs.load_manifest(run))
         for r in compare(model, run):
             v = r.get("emulated")
@@ -148,7 +146,6 @@ def build_record(pod: campaigns.Campaign, rehearsal: campaigns.Campaign, model: 
                  over: Any, overrides_file: Path | str | None, data_root: Path, parts: list[dict[str, Any]],
                  dry: dict[str, Any], failures: list[dict[str, Any]], seconds: float,
                  scale: TimeScale = REAL_TIME) -> dict[str, Any]:
-    from offload_lab.campaigns.rehearse import served_pace
 
     rows = _experiment_rows(pod, rehearsal, parts)
     price = campaigns._price(pod)

@@ -35,6 +35,7 @@ from offload_lab.server import boots as bootsmod
 from offload_lab.core import environment
 from offload_lab.campaigns import depends, ledger
 from offload_lab.campaigns.depends import dependencies, experiment_params  # noqa: F401  (callers use both here)
+from offload_lab.campaigns.execute import check_parameters_cells
 from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers, run_boot_attempts  # noqa: F401  (run_boot_attempts: callers)
 from offload_lab.campaigns.steps import BOOTS, OUTPUT_NOTEBOOK, Step, outcome_of  # noqa: F401  (OUTPUT_NOTEBOOK)
@@ -44,7 +45,7 @@ from offload_lab.server import stack as stackmod
 from offload_lab.core.errors import InputError
 from offload_lab.core.places import kind_of
 from offload_lab.server.spec import StackOverride
-from offload_lab.experiments.notebook import RUNNER_PARAMETERS
+from offload_lab.experiments.notebook import OLD_URL_PARAMETER, RUNNER_PARAMETERS
 
 
 
@@ -209,10 +210,17 @@ def validate(campaign: Campaign, show: bool = False, own_server: bool = True) ->
             raise InputError(f"campaign file {campaign.file}: notebook {exp.notebook} (experiment "
                              f"{exp.experiment}) does not exist")
         declared = declared_parameters(nb)
+        try:
+            check_parameters_cells(nb)  # a copied parameters cell would override what the runner passes
+        except InputError as e:
+            raise InputError(f"campaign file {campaign.file}: experiment {exp.experiment}: {e}") from None
         if not declared:
             raise InputError(f"notebook {exp.notebook} has no cell tagged 'parameters'; papermill needs one")
         given = set(exp.parameters) | set(RUNNER_PARAMETERS)
-        unknown = sorted(given - set(declared))
+        # A notebook written before issue 36 names the server's URL base_url; for one release the runner fills
+        # both names in it (experiments.notebook.url_parameters), so its cell need not declare url.
+        accepted = set(declared) | ({"url"} if OLD_URL_PARAMETER in declared else set())
+        unknown = sorted(given - accepted)
         if unknown:
             raise InputError(
                 f"campaign file {campaign.file}: experiment {exp.experiment} passes parameter(s) {unknown} that "

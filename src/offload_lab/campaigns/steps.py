@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from offload_lab.campaigns import depends
-from offload_lab.campaigns.execute import execute_notebook, executed_cells
+from offload_lab.campaigns.execute import OUTPUT_NOTEBOOK, execute_notebook, executed_cells
 from offload_lab.campaigns.progress import Progress
 from offload_lab.campaigns.servers import Servers
 from offload_lab.core import environment, redact, runs, signals
 from offload_lab.core.errors import ServerError
-from offload_lab.experiments.notebook import kind_of_notebook
+from offload_lab.experiments.notebook import kind_of_notebook, url_parameters
 
 if TYPE_CHECKING:
     from offload_lab.campaigns.runner import Campaign, CampaignResult, ExperimentSpec
 
-OUTPUT_NOTEBOOK = "notebook.ipynb"
 BOOTS = "boots"
 
 
@@ -151,7 +150,9 @@ def run_one(campaign: Campaign, exp: ExperimentSpec, data_root: Path, server: di
     # The URL's credentials (user:password@) go to the kernel in its environment, not in the parameters that
     # papermill writes into the output notebook.
     hidden_url = redact.url_outside_parameters(server.get("url"))
-    params = {**validated, "base_url": redact.redact_url(server["url"]) if server.get("url") else None,
+    # `url`, and `base_url` too for a notebook written before the rename (kept for one release).
+    shown_url = redact.redact_url(server["url"]) if server.get("url") else None
+    params = {**validated, **dict.fromkeys(url_parameters(nb), shown_url),
               "run_dir": str(run.path), "campaign": campaign.spec.name, "data_root": str(data_root)}
     if progress is not None:
         progress.experiment(exp.experiment, executed_cells(nb, params), detail=exp.notebook, run=str(run.path))

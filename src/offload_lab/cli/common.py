@@ -1,15 +1,12 @@
-"""What every part of the command line shares: JSON printing, the internal-error log, and flag types.
-
-The flag types are argparse ``type=`` callables: a bad value is refused by argparse itself, whose message names the
-flag (``argument --port: 99999 is not a port: give 1 to 65535``) and exits 2 before any work starts.
-"""
+"""What every part of the command line shares: JSON printing, the internal-error log, action groups, and the few
+flag types no model gives (a port, a server URL): argparse ``type=`` callables, so that argparse refuses a bad value
+naming the flag (``argument --port: '99999' is not a port: give 1 to 65535``) and exits 2 before any work starts."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import tempfile
@@ -18,8 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from offload_lab.core.bounds import MAX_PRICE, MAX_SECONDS, MAX_STREAMS, MAX_TOKEN_RATE, MAX_TOKENS
-from offload_lab.core.paths import DATA_DIR
+from offload_lab.core.outcome import Outcome
 from offload_lab.core.redact import redact_text
 
 LOG_DIR_ENV = "OFFLOAD_LAB_LOG_DIR"
@@ -28,6 +24,37 @@ LOG_DIR_ENV = "OFFLOAD_LAB_LOG_DIR"
 def print_json(obj: Any) -> None:
     """Print a JSON document for `--json`: indented, with anything JSON does not know written as text."""
     print(json.dumps(obj, indent=2, default=str))
+
+
+def show(args: argparse.Namespace, out: Outcome) -> int:
+    """Print a library call's result: its payload as JSON with ``--json``, else its lines; return its exit status."""
+    if getattr(args, "json", False):
+        print_json(out.payload)
+    elif out.lines:
+        print("\n".join(out.lines))
+    return out.code
+
+
+def calling(func: str, lines: str | None = None, code: Callable[[Any], int] | None = None
+            ) -> Callable[[Any, argparse.Namespace], int]:
+    """A command's handler when it only forwards: call ``func`` ("module:function", imported when the command runs,
+    so that --help stays quick) with the model built from the flags and show what it returns: an Outcome as it is;
+    another result as its JSON, or the lines ``lines(result)`` gives, exit ``code(result)``."""
+
+    def handler(p: Any, args: argparse.Namespace) -> int:
+        r = _resolve(func)(p)
+        if not isinstance(r, Outcome):
+            r = Outcome(r, _resolve(lines)(r) if lines else [], code(r) if code else 0)
+        return show(args, r)
+
+    return handler
+
+
+def _resolve(name: str) -> Callable[..., Any]:
+    import importlib
+
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 # --- unforeseen errors -------------------------------------------------------------------------------------------
@@ -62,85 +89,21 @@ def internal_error(e: BaseException, args: argparse.Namespace | None = None) -> 
             "please report it)")
 
 
-# --- flag types --------------------------------------------------------------------------------------------------
-
-def _number(text: str, kind: Callable[[str], Any]) -> Any:
-    try:
-        return kind(text)
-    except ValueError:
-        name = "a whole number" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"{text!r} is not {name}") from None
-
-
-def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
-    """A whole number in [low, high]."""
-
-    def parse(text: str) -> int:
-        v = _number(text, int)
-        if v < low or (high is not None and v > high):
-            span = f"at least {low}" if high is None else f"{low} to {high:,}"
-            raise argparse.ArgumentTypeError(f"{v} is out of range: give {span}")
-        return v
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-positive_int = int_at_least(1)
-nonneg_int = int_at_least(0)
-# Bounds of the quantities themselves, so that a typo (1e9 streams, 1e12 tokens) is refused before any work or any
-# server is reached: no model reads or writes more than 10M tokens at once, and one client machine cannot hold more
-# than tens of thousands of open streams.
-token_count = int_at_least(1, MAX_TOKENS)
-stream_count = int_at_least(1, MAX_STREAMS)
-
+# --- flag types (the rest come from the models, cli/model_options.py) -----------------------------------------------
 
 def port_number(text: str) -> int:
-    v = _number(text, int)
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if not 1 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"{v} is not a port: give 1 to 65535 (or leave the flag out for a free one)")
     return v
 
 
-def finite_float(low: float | None = None, high: float | None = None, *, low_open: bool = False,
-                 high_open: bool = False) -> Callable[[str], float]:
-    """A finite number in the interval given (closed unless ``low_open``/``high_open``); NaN and inf refused."""
-
-    def parse(text: str) -> float:
-        v = _number(text, float)
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        below = low is not None and (v <= low if low_open else v < low)
-        above = high is not None and (v >= high if high_open else v > high)
-        if below or above:
-            raise argparse.ArgumentTypeError(f"{v:g} is out of range: give {_span(low, high, low_open, high_open)}")
-        return v
-
-    parse.__name__ = "number"
-    return parse
-
-
-def _span(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    if low is not None and high is not None:
-        return f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    if low is not None:
-        return f"{'more than' if low_open else 'at least'} {low:g}"
-    return f"{'less than' if high_open else 'at most'} {high:g}"
-
-
-positive_float = finite_float(0, low_open=True)
-# The bounds of times, rates and prices (core.bounds).
-seconds = finite_float(0, MAX_SECONDS, low_open=True)
-nonneg_seconds = finite_float(0, MAX_SECONDS)
-token_rate = finite_float(0, MAX_TOKEN_RATE, low_open=True)
-price = finite_float(0, MAX_PRICE, low_open=True)
-nonneg_float = finite_float(0)
-probability = finite_float(0, 1, low_open=True)
-
-
 def http_url(text: str) -> str:
     """An http(s) URL with a host. Credentials in it are allowed (they are redacted wherever recorded). The check is
-    core.inputs.check_server_url, the one a notebook's base_url goes through."""
+    core.inputs.check_server_url, the one a notebook's url goes through."""
     from offload_lab.core.errors import InputError
     from offload_lab.core.inputs import check_server_url
 
@@ -158,25 +121,6 @@ def endpoint_url(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{redact_text(url)!r} holds credentials (user:password@); put the key in "
                                          "an environment variable and pass --api-key-env NAME")
     return url
-
-
-DATA_DIR_HELP = "root of the data tree (default: %(default)s)"
-
-
-# --- flags many commands share -----------------------------------------------------------------------------------
-
-def finish_parser(p: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], *,
-                  campaign: str | None = None, data_dir: bool = False, json_help: str | None = "print JSON") -> None:
-    """The tail most subcommands share: ``--campaign`` (with its default), ``--data-dir``, ``--json``, and the
-    handler. ``campaign`` names the default (None: no flag); ``json_help`` None: no ``--json``."""
-    if campaign is not None:
-        p.add_argument("--campaign", default=campaign,
-                       help=f"campaign the run is filed under (default: {campaign})")
-    if data_dir:
-        p.add_argument("--data-dir", default=DATA_DIR, help=DATA_DIR_HELP)
-    if json_help is not None:
-        p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=func)
 
 
 def action_group(sub: Any, name: str, help: str, description: str) -> Any:

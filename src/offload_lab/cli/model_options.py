@@ -26,11 +26,14 @@ import math
 import sys
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+
+from offload_lab.core.outcome import Outcome
 
 # Where each action records the spelling the user typed, so that a later error names it.
 _TYPED = "_typed_flags"
@@ -47,6 +50,8 @@ class Option:
     help: str | None = None  # default: the field's description
     metavar: str | None = None
     required: bool = False  # checked after parsing, so that an alias can satisfy it
+    positional: bool = False  # the command's object (a file, a folder): `offload-lab CMD VALUE`, no flag
+    repeat: bool = False  # a list flag that may be given again, each time adding to the list
 
 
 def flag_name(field: str) -> str:
@@ -57,8 +62,9 @@ class _Store(argparse.Action):
     """``store`` (or ``store_const`` with ``nargs=0``) that also records the spelling typed; an alias prints its
     deprecation line."""
 
-    def __init__(self, option_strings: list[str], dest: str, replaced_by: str | None = None, **kw: Any) -> None:
-        self.replaced_by = replaced_by
+    def __init__(self, option_strings: list[str], dest: str, replaced_by: str | None = None, repeat: bool = False,
+                 **kw: Any) -> None:
+        self.replaced_by, self.repeat = replaced_by, repeat
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
@@ -66,6 +72,8 @@ class _Store(argparse.Action):
         if self.replaced_by and option_string:
             print(f"offload-lab: warning: {option_string} is deprecated, use {self.replaced_by} (the old spelling "
                   "goes in a later release)", file=sys.stderr)
+        if self.repeat and getattr(namespace, self.dest, None):
+            values = [*getattr(namespace, self.dest), *values]
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
         typed = dict(getattr(namespace, _TYPED, None) or {})
         typed[self.dest] = option_string
@@ -75,7 +83,8 @@ class _Store(argparse.Action):
 def deprecated_alias(parser: argparse.ArgumentParser, old: str, new: argparse.Action) -> argparse.Action:
     """Accept ``old`` as a hidden spelling of the option ``new`` (same destination, type and choices)."""
     return parser.add_argument(old, dest=new.dest, action=_Store, replaced_by=new.option_strings[0],
-                               nargs=new.nargs, const=new.const, type=new.type, choices=new.choices,
+                               repeat=getattr(new, "repeat", False), nargs=new.nargs, const=new.const, type=new.type,
+                               choices=new.choices,
                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -140,6 +149,8 @@ def _element(annotation: Any, info: FieldInfo) -> tuple[Callable[[str], Any] | N
         return _number(annotation, _bounds(info)), None
     if annotation is str:
         return str, None
+    if annotation is Path:
+        return Path, None
     return None, None
 
 
@@ -174,7 +185,7 @@ def _refusing(parse: Callable[[str], Any], flag: str) -> Callable[[str], Any]:
 
 
 def _default_words(value: Any) -> str | None:
-    if value is None or value is False or value == {} or value == []:
+    if value is None or isinstance(value, bool) or value == {} or value == []:
         return None
     if isinstance(value, list):
         return ",".join(map(str, value))
@@ -237,7 +248,8 @@ def add_model_options(parser: argparse.ArgumentParser | Any, model: type[BaseMod
         if opt.parse is not None:
             kw["type"] = _refusing(opt.parse, flag)
         elif annotation is bool:
-            kw |= {"nargs": 0, "const": True}
+            # A switch sets the value other than the default (``--no-pin`` for a field that is True unless given).
+            kw |= {"nargs": 0, "const": default is not True}
         else:
             origin = typing.get_origin(annotation)
             if origin is list:
@@ -245,6 +257,7 @@ def add_model_options(parser: argparse.ArgumentParser | Any, model: type[BaseMod
                 parse, choices = _element(inner, info)
                 kw["type"] = _comma_list(parse or str, choices)
                 kw["metavar"] = "A,B,..."
+                kw["repeat"] = opt.repeat
             else:
                 parse, choices = _element(annotation, info)
                 if parse is None and choices is None:
@@ -257,12 +270,99 @@ def add_model_options(parser: argparse.ArgumentParser | Any, model: type[BaseMod
                       else flag.lstrip("-").replace("-", "_").upper())
         if opt.metavar:
             kw["metavar"] = opt.metavar
-        if kw.get("nargs") == 0 or "choices" in kw:
+        if kw.get("nargs") == 0 or ("choices" in kw and not opt.metavar):  # a metavar given: the help names them
             kw.pop("metavar")
-        action = parser.add_argument(flag, **kw)
+        if opt.positional:
+            flag = opt.metavar or name.upper()
+            kw = {k: v for k, v in kw.items() if k not in ("dest", "metavar")} | {"metavar": flag}
+            if typing.get_origin(annotation) is list:
+                kw["type"] = _element(_unwrap(typing.get_args(annotation)[0])[0], info)[0] or str
+                kw["nargs"] = "+"
+            elif not info.is_required():
+                kw["nargs"] = "?"
+            action = parser.add_argument(name, **kw)
+        else:
+            action = parser.add_argument(flag, **kw)
         for old in opt.aliases:
             deprecated_alias(parser, old, action)
         flags[name] = flag
-        if opt.required:
+        if (opt.required or info.is_required()) and not opt.positional:
             required.append(name)
     return ModelOptions(model, flags, tuple(required))
+
+
+def deprecated_positional(parser: argparse.ArgumentParser, dest: str, flag: str) -> None:
+    """Accept a positional value for ``dest`` as the old spelling of ``flag`` (``campaign ledger NAME`` for
+    ``campaign ledger --campaign NAME``): hidden from ``--help``, one deprecation line when used."""
+
+    class _Old(_Store):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            if values is None:  # argparse calls an absent optional positional with its default
+                return
+            print(f"offload-lab: warning: a positional {flag.lstrip('-').upper()} is deprecated, use {flag} "
+                  "(the old spelling goes in a later release)", file=sys.stderr)
+            setattr(namespace, dest, values)
+            setattr(namespace, _TYPED, dict(getattr(namespace, _TYPED, None) or {}) | {dest: flag})
+
+    parser.add_argument(f"_{dest}_positional", nargs="?", default=None, action=_Old, help=argparse.SUPPRESS)
+
+
+# --- a command table ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    """One leaf command: its name, one-line help, the model its flags come from (and which fields, default all),
+    and the handler, called as ``handler(params, args)`` with the model built from the flags (``args`` keeps
+    ``--json``). ``description`` defaults to the help; details belong in the docs, so ``--help`` fits a screen."""
+
+    name: str
+    help: str
+    handler: Callable[[Any, argparse.Namespace], int]
+    model: type[BaseModel] | None = None
+    fields: tuple[str, ...] | None = None
+    options: dict[str, Option] = field(default_factory=dict)
+    description: str | None = None
+    json: str | None = "print JSON"  # the --json flag's help; None: no --json
+    old_positional: str | None = None  # a field once given as a positional: kept as a hidden deprecated alias
+    # more models the command fills, each (model, fields or None for all, options): the handler's first argument is
+    # then the tuple of the models built, ``model``'s first
+    also: tuple[tuple[type[BaseModel], tuple[str, ...] | None, dict[str, Option]], ...] = ()
+
+
+def add_commands(sub: Any, commands: Iterable[Command]) -> dict[str, argparse.ArgumentParser]:
+    """Register each command of the table on ``sub`` (an ``add_subparsers`` result); returns the parsers by name."""
+    made = {}
+    for c in commands:
+        p = sub.add_parser(c.name, help=c.help, description=c.description or c.help[:1].upper() + c.help[1:] + ".")
+        opts: tuple[ModelOptions, ...] = ()
+        for model, fields, options in ((c.model, c.fields, c.options), *c.also) if c.model is not None else ():
+            opts += (add_model_options(p, model, fields or tuple(model.model_fields), options),)
+        if c.old_positional:
+            deprecated_positional(p, c.old_positional, opts[0].flags[c.old_positional])
+        if c.json is not None:
+            p.add_argument("--json", action="store_true", help=c.json)
+        # A usage line that lists every option repeats the list below it: name the positionals only.
+        shown = [a.metavar or a.dest for a in p._actions if not a.option_strings and a.help != argparse.SUPPRESS]
+        p.usage = " ".join(["%(prog)s [options]", *map(str, shown)])
+        p.set_defaults(func=_Call(c, opts), model_options=opts)
+        made[c.name] = p
+    return made
+
+
+@dataclass(frozen=True)
+class _Call:
+    command: Command
+    options: tuple[ModelOptions, ...]
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        top = getattr(args, "command", None)
+        what = self.command.name if top in (None, self.command.name) else f"{top} {self.command.name}"
+        built = tuple(o.build(args, what) for o in self.options)
+        params = built if len(built) > 1 else built[0] if built else None
+        result = self.command.handler(params, args)
+        if isinstance(result, Outcome):  # the library's result: JSON with --json, else its lines
+            from offload_lab.cli.common import show
+
+            return show(args, result)
+        return int(result or 0)

@@ -63,6 +63,9 @@ def _parse(parse: Any, text: str, path: Path | str, what: str, errors: tuple[typ
         raise InputError(f"{what} {path}: {describe(e)}") from e
     except RecursionError as e:
         raise InputError(f"{what} {path}: nested too deeply to be a {what}") from e
+    except ValueError as e:  # Python's bound on an integer's digits (4,300); a YAML date such as 2026-13-45
+        said = str(e).split(";")[0]
+        raise InputError(f"{what} {path}: holds a value that cannot be read ({said}); correct it") from e
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -159,7 +162,10 @@ def parse_yaml_value(text: str, what: str) -> Any:
     alias bomb, a document too deep or a value over 64 KiB is an :class:`InputError` naming ``what``."""
     if len(text) > PARAMETER_MAX_BYTES:
         raise InputError(f"{what}: {len(text):,} characters; a parameter's value is at most {PARAMETER_MAX_BYTES:,}")
-    return parse_yaml(text, "(its value)", what)
+    try:
+        return parse_yaml(text, "(its value)", what)
+    except InputError as e:  # on one line: YAML's own messages span several, and this one is printed after a flag
+        raise InputError(" ".join(str(e).split())) from e.__cause__
 
 
 def read_yaml(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES, expect: type | None = dict) -> Any:

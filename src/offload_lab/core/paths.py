@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT_ENV = "OFFLOAD_LAB_ROOT"
 DATA_ENV = "OFFLOAD_LAB_DATA_ROOT"
 DATA_DIR = "data"
+REHEARSALS_DIR = "data/rehearsals"  # a rehearsal's data root: never the pod campaign's data
 
 
 def is_root(path: Path) -> bool:

@@ -23,11 +23,9 @@ from offload_lab.core.errors import InputError
 # /proc/... fails half way).
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
-def _manifest_name() -> str:
-    # core.runs sits above this module (runs -> inputs -> places), so its name for a manifest is read when needed.
-    from offload_lab.core.runs import MANIFEST
-
-    return MANIFEST
+# A run's manifest, named here because this is the lowest module that recognises a run folder (a folder holding
+# one); core.runs, above, uses it.
+MANIFEST = "manifest.json"
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -79,7 +77,7 @@ def _inside(child: Path, parent: Path) -> bool:
 def _run_above(resolved: Path) -> Path | None:
     """The run directory (a folder with a manifest) that holds ``resolved``, if any."""
     for d in (resolved, *resolved.parents):
-        if (d / _manifest_name()).is_file():
+        if (d / MANIFEST).is_file():
             return d
     return None
 

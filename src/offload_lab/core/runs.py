@@ -27,11 +27,11 @@ from offload_lab.core import signals
 from offload_lab.core.errors import InputError
 from offload_lab.core.inputs import DATA_MAX_BYTES, check_dir, read_json
 from offload_lab.core.paths import DATA_DIR
+from offload_lab.core.places import MANIFEST  # noqa: F401  (runs.MANIFEST: the API; named where a run folder is recognised)
 from offload_lab.core.procs import process_gone, process_identity
 from offload_lab.core.eventlog import EventLog, read_events, start_on_fresh_line  # noqa: F401  (runs.read_events: the API)
 from offload_lab.core.redact import redact_record, redacted_json_bytes
 
-MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"  # a run's append-only event log (Run.events, read_events)
 LEDGER_NAME = "ledger.jsonl"  # <data>/<campaign>/: campaigns.ledger writes its sessions, paper.selection reads them
 SCHEMA_VERSION = 1

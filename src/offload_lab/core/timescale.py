@@ -104,3 +104,23 @@ def of_manifest(manifest: dict[str, Any]) -> TimeScale:
     if not isinstance(rec, dict):
         return REAL_TIME
     return TimeScale(**{k: rec[k] for k in TimeScale.model_fields if k in rec})
+
+
+class _Scaled:
+    """A pod model's pace as the accelerated emulator serves it (for the model's seconds of what ran here)."""
+
+    def __init__(self, model: Any, scale: TimeScale):
+        self.model, self.scale = model, scale
+
+    def ttft_s(self, new_tokens: int, cached_tokens: int = 0) -> float:
+        return self.scale.serve_ttft_s(self.model.ttft_s(new_tokens, cached_tokens))
+
+    def tpot_ms(self, streams: float, context_tokens: int) -> float:
+        return self.scale.serve_tpot_ms(self.model.tpot_ms(streams, context_tokens))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def served_pace(model: Any, scale: TimeScale) -> Any:
+    return model if not scale.accelerated else _Scaled(model, scale)

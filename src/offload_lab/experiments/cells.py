@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from offload_lab.core import inputs, paths
 from offload_lab.experiments.notebook import HAND_CAMPAIGN, kind_of_notebook, notebook_of, params_model
@@ -73,7 +73,7 @@ def parameters_cell(root: Path, kind: str) -> str:
     given, source, needs_server = campaign_values(root, kind)
     lines = [HEADER.format(kind=kind, source=source), "from typing import Optional", ""]
     url = SERVER_URL if needs_server else None
-    lines += [f"base_url: Optional[str] = {_literal(url)}", "run_dir: Optional[str] = None",
+    lines += [f"url: Optional[str] = {_literal(url)}", "run_dir: Optional[str] = None",
               f"campaign: str = {_literal(HAND_CAMPAIGN)}", f"data_root: str = {_literal(paths.DATA_DIR)}"]
     for name, field in model.model_fields.items():
         if name in given:
@@ -114,3 +114,34 @@ def experiment_notebooks(root: Path) -> list[str]:
             continue
         out.append(p.stem)
     return out
+
+
+class SyncParams(BaseModel):
+    """``offload-lab notebooks sync``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: bool = Field(False, description="change nothing; exit 2 when a cell is out of date")
+
+
+def sync_all(p: SyncParams, root: Path | None = None) -> dict[str, Any]:
+    """Rewrite (or with ``check`` only find) every parameters cell out of step with its model: the notebooks, the
+    changed ones, and the line to print."""
+    root = root or paths.find_root()
+    kinds = experiment_notebooks(root)
+    changed = [k for k in kinds if sync_notebook(root, k, write=not p.check)]
+    if p.check:
+        line = f"{len(kinds) - len(changed)} of {len(kinds)} notebooks have parameters cells in step with their models"
+    else:
+        line = f"rewrote the parameters cell of {len(changed)} of {len(kinds)} notebooks" + (
+            f": {', '.join(changed)}" if changed else "")
+    return {"notebooks": kinds, "out_of_date" if p.check else "rewritten": changed, "line": line}
+
+
+def out_of_date(result: dict[str, Any]) -> Exception | None:
+    """With --check, the one-line refusal (exit 2) when a cell is out of date."""
+    from offload_lab.core.errors import InputError
+
+    stale = result.get("out_of_date")
+    return InputError(f"parameters cells out of date in {', '.join(f'notebooks/{k}.ipynb' for k in stale)}; run "
+                      "`offload-lab notebooks sync` and commit the notebooks") if stale else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -29,7 +30,10 @@ from offload_lab.core.redact import url_with_credentials
 from offload_lab.core.errors import InputError
 
 # Parameters the campaign runner fills in itself; every experiment notebook declares them.
-RUNNER_PARAMETERS = ("base_url", "run_dir", "campaign", "data_root")
+RUNNER_PARAMETERS = ("url", "run_dir", "campaign", "data_root")
+# The server's URL was the parameter `base_url` before it took the name the command line gives it (`--url`): the old
+# name still works for one release, with one deprecation line.
+OLD_URL_PARAMETER = "base_url"
 HAND_CAMPAIGN = "scratch"
 NOTEBOOKS_DIR = "notebooks"
 PARAMS_MODULE = "params"
@@ -44,10 +48,15 @@ class NotebookRun:
     kind: str
     run: runs.Run
     params: Any
-    base_url: str | None
+    url: str | None
     campaign: str
     data_root: Path
     owned: bool
+
+    @property
+    def base_url(self) -> str | None:
+        """The old name of :attr:`url` (notebooks written before the rename): kept for one release."""
+        return self.url
 
 
 def params_model(kind: str) -> type[BaseModel]:
@@ -151,13 +160,42 @@ def injected_names(namespace: Mapping[str, Any]) -> set[str]:
 
 
 def check_injected(kind: str, namespace: Mapping[str, Any]) -> None:
-    declared = set(params_model(kind).model_fields) | set(RUNNER_PARAMETERS)
+    declared = set(params_model(kind).model_fields) | set(RUNNER_PARAMETERS) | {OLD_URL_PARAMETER}
     unknown = sorted(injected_names(namespace) - declared)
     if unknown:
         raise InputError(
             f"{notebook_of(kind)} was given parameter(s) {unknown} that experiment {kind} does not declare "
             f"(it declares {sorted(declared)}); check the names passed with -p"
         )
+
+
+def check_not_overridden(kind: str, namespace: Mapping[str, Any]) -> None:
+    """A cell run after papermill's injected one that assigns an injected name again (a copied parameters cell, whose
+    ``run_dir = None`` would make a stray run in the scratch campaign) is refused, naming the names: the values
+    papermill was given are the ones the run must use."""
+    sources = [s for s in (namespace.get("In") or []) if isinstance(s, str)]
+    last = max((i for i, s in enumerate(sources) if s.startswith(INJECTED_HEADER)), default=None)
+    if last is None:
+        return
+    injected = injected_names({"In": [sources[last]]})
+    for source in sources[last + 1:]:
+        again = sorted(injected & _assigned(source))
+        if again:
+            raise InputError(f"{notebook_of(kind)}: a cell after papermill's injected parameters assigns {again} "
+                             "again (a copy of the parameters cell?), which would override the values given; remove "
+                             "it, or its 'parameters' tag")
+
+
+def _assigned(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
 
 
 def _record_notebook(root: Path, kind: str) -> dict[str, Any]:
@@ -172,36 +210,64 @@ def start(kind: str, namespace: Mapping[str, Any]) -> NotebookRun:
     root = paths.find_root()
     os.chdir(root)
     check_injected(kind, namespace)
+    check_not_overridden(kind, namespace)
     fields = params_model(kind).model_fields
     params = validate_params(kind, {k: namespace[k] for k in fields if k in namespace}, notebook_of(kind))
     campaign = str(namespace.get("campaign") or HAND_CAMPAIGN)
     data_root = paths.data_root(namespace.get("data_root"), root)
     run_dir = namespace.get("run_dir")
     # A campaign passes the URL redacted and its credentials in the kernel's environment (core.redact).
-    base_url = url_with_credentials(namespace.get("base_url"))
+    given_url = url_given(namespace)
     if run_dir:
-        return NotebookRun(kind, runs.attach_for_writing(run_dir), params, base_url, campaign, data_root, owned=False)
-    base_url = hand_url(namespace.get("base_url"))
+        return NotebookRun(kind, runs.attach_for_writing(run_dir), params, url_with_credentials(given_url), campaign,
+                           data_root, owned=False)
+    url = hand_url(given_url)
     from offload_lab.core.environment import capture_environment
 
-    server = _hand_server(base_url)
+    server = _hand_server(url)
     run = runs.new_run(data_root, campaign, kind, params.model_dump(mode="json"), environment=capture_environment(),
                        notebook=_record_notebook(root, kind), hand_run=True, server=server)
-    return NotebookRun(kind, run, params, base_url, campaign, data_root, owned=True)
+    return NotebookRun(kind, run, params, url, campaign, data_root, owned=True)
+
+
+def url_given(namespace: Mapping[str, Any]) -> Any:
+    """The ``url`` parameter, or the old ``base_url`` when that is the one given (one deprecation line)."""
+    old = namespace.get(OLD_URL_PARAMETER)
+    if old is None or old == namespace.get("url"):  # a campaign fills in both for a notebook that declares both
+        return namespace.get("url")
+    print(f"warning: the notebook parameter {OLD_URL_PARAMETER} is deprecated, use url (`-p url URL`); the old name "
+          "goes in a later release", file=sys.stderr)
+    return old
+
+
+def url_parameters(notebook: Path | str) -> tuple[str, ...]:
+    """The names a campaign gives the server's URL in a notebook: ``url``, and ``base_url`` too where the notebook's
+    parameters cell declares it (written before the rename; filled in for one release)."""
+    import json
+
+    try:
+        cells = json.loads(Path(notebook).read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return ("url",)
+    for c in cells:
+        if "parameters" in (c.get("metadata", {}).get("tags") or []):
+            names = _assigned("".join(c["source"]) if isinstance(c["source"], list) else c["source"])
+            return ("url", OLD_URL_PARAMETER) if OLD_URL_PARAMETER in names else ("url",)
+    return ("url",)
 
 
 def hand_url(given: Any) -> str | None:
-    """A hand run's server: ``base_url`` through the check ``bench --url`` makes (core.inputs.check_server_url),
+    """A hand run's server: ``url`` through the check ``bench --url`` makes (core.inputs.check_server_url),
     with credentials refused there (papermill writes parameters into the output notebook); a URL with credentials
-    comes whole from the environment (:data:`offload_lab.core.redact.SERVER_URL_ENV`), with base_url left out."""
+    comes whole from the environment (:data:`offload_lab.core.redact.SERVER_URL_ENV`), with url left out."""
     from offload_lab.core.inputs import check_server_url
     from offload_lab.core.redact import SERVER_URL_ENV, add_url_secrets
 
     full = url_with_credentials(given)
     if given and full != given:  # the redacted form, the whole URL in the environment (campaigns.execute does so)
-        return check_server_url(full, "base_url")
+        return check_server_url(full, "url")
     if given:
-        return check_server_url(given, "base_url", credentials=False)
+        return check_server_url(given, "url", credentials=False)
     from_env = os.environ.get(SERVER_URL_ENV)
     if from_env:
         add_url_secrets(from_env)
@@ -231,24 +297,24 @@ def _short_errors() -> None:
     shell.set_custom_exc((InputError, ServerError), one_line)
 
 
-def _hand_server(base_url: Any) -> dict[str, Any] | None:
+def _hand_server(url: Any) -> dict[str, Any] | None:
     """The server a hand run measures, as its manifest records it (the URL redacted), after checking that it answers:
     the message names papermill's parameter, since a notebook has no --url."""
-    if not base_url:
+    if not url:
         return None
     from offload_lab.core.errors import ServerError
     from offload_lab.core.redact import redact_url
     from offload_lab.load.endpoint import Endpoint
 
-    endpoint = Endpoint.of(str(base_url))
+    endpoint = Endpoint.of(str(url))
     try:
         models = endpoint.check_reachable().get("data") or []
     except ServerError as e:
         first = str(e).split("; start one with")[0]
         raise ServerError(f"{first}; start one with `offload-lab serve --stack configs/stacks/embedded.yaml`, then "
-                          "give the notebook its URL: `-p base_url http://127.0.0.1:PORT` with papermill, or "
-                          "base_url in the parameters cell in Jupyter") from None
-    return {"url": redact_url(str(base_url)), "model": models[0].get("id") if models else None, "by": "hand run"}
+                          "give the notebook its URL: `-p url http://127.0.0.1:PORT` with papermill, or "
+                          "url in the parameters cell in Jupyter") from None
+    return {"url": redact_url(str(url)), "model": models[0].get("id") if models else None, "by": "hand run"}
 
 
 @contextlib.contextmanager

@@ -88,7 +88,7 @@ def read_as(path: Path | str, fmt: str, moe_layers: list[int], experts_per_layer
     else:
         raise InputError(f"no reader for plan format {fmt!r}; formats: {', '.join(PLAN_FORMATS)}")
     if expected is not None and view.ok:
-        view.problems += _differences(view, expected)
+        view.problems += differences(view, expected)
     return view
 
 
@@ -197,7 +197,7 @@ def _id_problems(what: str, ids: list[int], n_exp: int) -> list[str]:
     return out
 
 
-def _differences(view: PatchView, expected: PlanFile) -> list[str]:
+def differences(view: PatchView, expected: PlanFile) -> list[str]:
     want = {int(k): sorted(v) for k, v in expected.host_experts.items() if v}
     got = {k: v for k, v in view.host_experts.items() if v}
     out = []

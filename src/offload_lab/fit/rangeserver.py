@@ -203,7 +203,10 @@ def serve_directory_process(root: Path | str, honour_range: bool = True) -> Iter
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         if not url.startswith("http://"):
-            raise RuntimeError(f"range server did not start (exit code {proc.poll()})")
+            from offload_lab.core.errors import ServerError
+
+            raise ServerError(f"the loopback range server for {root} did not start (exit code {proc.poll()}, first "
+                              f"line {url[:80]!r}); see its error output above")
         yield url
     finally:
         if proc.stdin:

@@ -12,21 +12,25 @@ never stored in a record, a log or an error message. ``hf://`` sources are resol
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from offload_lab.core.errors import InputError
+from offload_lab.core.errors import InputError, ServerError
+from offload_lab.core.redact import add_url_secrets, redact_url
 from offload_lab.fit.headers import (CONFIG_NAME, INDEX_NAME, SINGLE_NAME, Checkpoint, Shard, header_length,
                                          index_files, check_index, parse_header)
+from offload_lab.load.deadline import within
 
 DEFAULT_FIRST_READ = 64 * 1024
 # Deadlines. A header is at most a few MiB: on any link that serves checkpoints one request takes seconds, so 30 s
@@ -41,11 +45,20 @@ RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 HF_TOKEN_ENV = "HF_TOKEN"
 
 
-class RangeNotSupportedError(InputError):
+class RemoteError(ServerError):
+    """The server holding the checkpoint answered wrongly (status, ranges, bytes, JSON, a header that is not one) or
+    too slowly: server trouble (exit 3), never the user's input. The message names the URL and what was wrong."""
+
+
+class RangeNotSupportedError(RemoteError):
     """The server answered a range request with the whole file: reading on would download the weights."""
 
 
-class FetchError(InputError):
+class AccessError(InputError):
+    """The file named is not there (404) or needs a token (401, 403): the user's to fix (exit 2)."""
+
+
+class FetchError(RemoteError):
     """A remote file could not be read, after retries where retrying made sense."""
 
 
@@ -95,12 +108,25 @@ class RemoteOptions:
     same_host: str | None = None
 
 
-class RedirectRefusedError(InputError):
+class RedirectRefusedError(RemoteError):
     """A redirect would leave the host the user named."""
 
 
-class TooSlowError(InputError):
+class TooSlowError(RemoteError):
     """A request ran past its whole-request deadline, or the audit was stopped."""
+
+
+@contextlib.contextmanager
+def _served(url: str) -> Iterator[None]:
+    """Bytes a server sent that are not what they claim (a header, an index) are the server's fault: exit 3, with
+    the URL named, where a local file's would be the user's (exit 2)."""
+    try:
+        yield
+    except (RemoteError, AccessError):
+        raise
+    except InputError as e:
+        msg = str(e)
+        raise RemoteError(msg if url in msg else f"{url}: {msg}") from None
 
 
 class _Remote:
@@ -114,8 +140,8 @@ class _Remote:
         def same_host(request: httpx.Request) -> None:
             if opts.same_host and request.url.host != opts.same_host:
                 raise RedirectRefusedError(
-                    f"{opts.same_host}: a redirect leads to another host ({request.url.host}); the audit reads only "
-                    "from the host named. Give the final URL, or an hf:// source")
+                    f"{opts.same_host}: a redirect leads to another host ({redact_url(str(request.url))[:200]}); the "
+                    "audit reads only from the host named. Give the final URL, or an hf:// source")
 
         self.client = httpx.Client(
             follow_redirects=True,
@@ -154,6 +180,9 @@ class _Remote:
 
     def get_json(self, url: str, missing_ok: bool = False) -> tuple[Any, httpx.Headers] | None:
         def once() -> tuple[Any, httpx.Headers] | None:
+            return within(self.opts.deadline_s + 1.0, lambda: read(), lambda: self._late(url))
+
+        def read() -> tuple[Any, httpx.Headers] | None:
             deadline = time.monotonic() + self.opts.deadline_s
             with self.client.stream("GET", url, headers=self._headers(url)) as r:
                 if r.status_code == 404 and missing_ok:
@@ -164,13 +193,13 @@ class _Remote:
                     buf += chunk
                     self._check_time(url, deadline)
                     if len(buf) > MAX_JSON_BYTES:
-                        raise InputError(f"{url}: more than {MAX_JSON_BYTES:,} bytes for a JSON file (an index or "
+                        raise RemoteError(f"{url}: more than {MAX_JSON_BYTES:,} bytes for a JSON file (an index or "
                                          "config.json is far smaller); not the file asked for")
                 headers = r.headers
             try:
-                return json.loads(bytes(buf)), headers
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-                raise InputError(f"{url}: not JSON ({str(e)[:120]})") from None
+                return json.loads(bytes(buf), parse_constant=_no_constant, parse_float=_finite), headers
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as e:
+                raise RemoteError(f"{url}: not JSON ({str(e)[:120]})") from None
 
         return self._retrying(url, "the JSON file", once)
 
@@ -180,7 +209,8 @@ class _Remote:
         def once() -> tuple[Shard, httpx.Headers]:
             state["requests"] = 0
             state["received"] = 0
-            return self._read_header_once(url, file, state)
+            with _served(url):
+                return self._read_header_once(url, file, state)
 
         return self._retrying(url, "the safetensors header", once)
 
@@ -194,7 +224,7 @@ class _Remote:
             buf += more
             total = total if total is not None else total2
         if len(buf) < need:
-            raise InputError(f"{url}: the file ends inside its {n}-byte header; truncated")
+            raise RemoteError(f"{url}: the file ends inside its {n}-byte header; truncated")
         metadata, tensors = parse_header(buf[8:need], file, total)
         shard = Shard(file=file, header_bytes=n, file_bytes=total, metadata=metadata, tensors=tensors,
                       fetched_bytes=state["received"], requests=state["requests"])
@@ -204,27 +234,36 @@ class _Remote:
         if self.stop.is_set():
             raise TooSlowError(f"{url}: stopped")
         if time.monotonic() > deadline:
-            raise TooSlowError(f"{url}: the request took longer than its {self.opts.deadline_s:g} s deadline (a "
-                               "server sending bytes too slowly); try again later or pass a larger deadline")
+            raise self._late(url)
 
     def _range(self, url: str, start: int, end: int, header_end: int | None,
                state: dict[str, int]) -> tuple[bytes, int | None, httpx.Headers]:
-        """Bytes [start, end] of url, and the file's total size when the server says it."""
+        """Bytes [start, end] of url, and the file's total size when the server says it; within the deadline even
+        when the server trickles its status line or headers (which no per-read timeout catches)."""
+        return within(self.opts.deadline_s + 1.0, lambda: self._range_once(url, start, end, header_end, state),
+                      lambda: self._late(url))
+
+    def _late(self, url: str) -> TooSlowError:
+        return TooSlowError(f"{url}: the request took longer than its {self.opts.deadline_s:g} s deadline (a "
+                            "server sending bytes too slowly); try again later or pass a larger deadline")
+
+    def _range_once(self, url: str, start: int, end: int, header_end: int | None,
+                    state: dict[str, int]) -> tuple[bytes, int | None, httpx.Headers]:
         state["requests"] += 1
         deadline = time.monotonic() + self.opts.deadline_s
         with self.client.stream("GET", url, headers=self._headers(url, {"Range": f"bytes={start}-{end}"})) as r:
             if r.status_code == 200:
                 self._abort_full_body(r, url, state, header_end, deadline)
             if r.status_code == 416:
-                raise InputError(f"{url}: the server says byte {start} is past the end of the file (416)")
+                raise RemoteError(f"{url}: the server says byte {start} is past the end of the file (416)")
             _raise_for_status(r, url)
             if r.status_code != 206:
-                raise InputError(f"{url}: expected 206 Partial Content for a range request, got {r.status_code}")
+                raise RemoteError(f"{url}: expected 206 Partial Content for a range request, got {r.status_code}")
             got_start, got_end, total = _content_range(r.headers.get("content-range"), url)
             if got_start != start:
-                raise InputError(f"{url}: asked for bytes from {start}, the server sent them from {got_start}")
+                raise RemoteError(f"{url}: asked for bytes from {start}, the server sent them from {got_start}")
             if got_end > end:
-                raise InputError(f"{url}: asked for bytes {start}-{end}, the server's Content-Range says it sends up "
+                raise RemoteError(f"{url}: asked for bytes {start}-{end}, the server's Content-Range says it sends up "
                                  f"to byte {got_end}")
             promised = got_end - start + 1
             chunks = []
@@ -235,11 +274,11 @@ class _Remote:
                 size += len(chunk)
                 state["received"] += len(chunk)
                 if size > promised:
-                    raise InputError(f"{url}: the server sent more than the {promised} bytes its Content-Range "
+                    raise RemoteError(f"{url}: the server sent more than the {promised} bytes its Content-Range "
                                      f"({start}-{got_end}) promised")
                 self._check_time(url, deadline)
             if size != promised:
-                raise InputError(f"{url}: the server sent {size} bytes where its Content-Range ({start}-{got_end}) "
+                raise RemoteError(f"{url}: the server sent {size} bytes where its Content-Range ({start}-{got_end}) "
                                  f"promised {promised}; a broken server or connection")
             return b"".join(chunks), total, r.headers
 
@@ -266,6 +305,17 @@ class _Remote:
         )
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is beyond a finite number")
+    return value
+
+
 class _Retryable(Exception):
     pass
 
@@ -274,29 +324,30 @@ def _raise_for_status(r: httpx.Response, url: str) -> None:
     if r.status_code in RETRY_STATUSES:
         raise _Retryable(f"HTTP {r.status_code}")
     if r.status_code in (401, 403):
-        raise InputError(f"{url}: HTTP {r.status_code}; a gated or private repository needs a token in the "
+        raise AccessError(f"{url}: HTTP {r.status_code}; a gated or private repository needs a token in the "
                          f"{HF_TOKEN_ENV} environment variable (never on the command line)")
     if r.status_code == 404:
-        raise InputError(f"{url}: HTTP 404, no such file (check the repository, revision and file name)")
+        raise AccessError(f"{url}: HTTP 404, no such file (check the repository, revision and file name)")
     if r.status_code >= 400:
-        raise InputError(f"{url}: HTTP {r.status_code}")
+        raise RemoteError(f"{url}: HTTP {r.status_code}")
 
 
 def _content_range(value: str | None, url: str) -> tuple[int, int, int | None]:
     """(first byte, last byte, total or None) of a Content-Range header, each a number below 2**63."""
     m = re.fullmatch(r"\s*bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)\s*", (value or "")[:200])
     if not m:
-        raise InputError(f"{url}: a 206 answer without a valid Content-Range header ({(value or '')[:60]!r})")
+        raise RemoteError(f"{url}: a 206 answer without a valid Content-Range header ({(value or '')[:60]!r})")
     first, last = int(m.group(1)), int(m.group(2))
     total = None if m.group(3) == "*" else int(m.group(3))
     if last < first or (total is not None and last >= total) or max(first, last, total or 0) >= 2 ** 63:
-        raise InputError(f"{url}: Content-Range {(value or '')[:60]!r} is not a byte range of the file")
+        raise RemoteError(f"{url}: Content-Range {(value or '')[:60]!r} is not a byte range of the file")
     return first, last, total
 
 
 def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str | None = None) -> Checkpoint:
     """Headers of a remote checkpoint (a URL or hf://owner/name@revision); see the module docstring."""
     opts = dataclasses.replace(opts) if opts else RemoteOptions()  # a copy: token_host is set per source below
+    add_url_secrets(source)  # a URL's own credentials never reach a message or a record
     t0 = time.monotonic()
     hf = parse_hf_source(source) if source.startswith("hf://") else None
     if hf:
@@ -328,10 +379,14 @@ def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str
             if got is None:
                 files = [SINGLE_NAME]
             else:
-                files, weight_map = index_files(got[0], index or url_of(INDEX_NAME))
+                with _served(index or url_of(INDEX_NAME)):
+                    files, weight_map = index_files(got[0], index or url_of(INDEX_NAME))
                 commit = got[1].get("x-repo-commit")
         config_got = remote.get_json(url_of(CONFIG_NAME), missing_ok=True)
         config = config_got[0] if config_got else None
+        if config is not None and not isinstance(config, dict):
+            raise RemoteError(f"{redact_url(url_of(CONFIG_NAME))}: config.json is a JSON {type(config).__name__}, not "
+                              "an object")
         if config_got and not commit:
             commit = config_got[1].get("x-repo-commit")
         pool = cf.ThreadPoolExecutor(max_workers=max(1, opts.concurrency))
@@ -348,9 +403,11 @@ def read_remote(source: str, opts: RemoteOptions | None = None, hf_endpoint: str
         remote.close()
     shards = [s for s, _ in results]
     commit = commit or next((h.get("x-repo-commit") for _, h in results if h.get("x-repo-commit")), None)
-    ckpt = Checkpoint(source=source, kind="hf" if hf else "url", shards=shards, config=config,
+    # What the audit records and prints (--json too): never the URL's own user:password.
+    ckpt = Checkpoint(source=redact_url(source), kind="hf" if hf else "url", shards=shards, config=config,
                       revision=hf.revision if hf else None, commit=commit)
     if weight_map is not None:
-        check_index(ckpt, weight_map, index or url_of(INDEX_NAME))
+        with _served(index or url_of(INDEX_NAME)):
+            check_index(ckpt, weight_map, index or url_of(INDEX_NAME))
     ckpt.seconds = time.monotonic() - t0
     return ckpt

@@ -41,6 +41,7 @@ ERROR_KINDS = ("connect", "http_status", "stream_error", "timeout", "short_outpu
 # besides is far above any real stream, and far below a server streaming filler until the deadline.
 STREAM_BYTES_BASE = 1 << 20
 STREAM_BYTES_PER_TOKEN = 16 << 10
+PROMPT_SLACK = 256  # tokens a chat template may add to a prompt (usage_lie)
 
 
 @dataclass
@@ -71,6 +72,8 @@ class RequestRecord:
     max_tokens: int | None = None
     done: bool = False  # the stream's [DONE] marker came
     text_chunks: int = 0  # chunks that carried text (each holds at least one token)
+    text_after_finish: int = 0  # chunks with text after the one that gave a finish_reason (a stream that lies)
+    sent_prompt_tokens: int | None = None  # the prompt's tokens as the client built it (None: not known)
 
     @property
     def ok(self) -> bool:
@@ -218,7 +221,8 @@ def _apply_usage(rec: RequestRecord, usage: Any) -> int | None:
 
 
 async def stream_raw(client: aiohttp.ClientSession, base_url: str | Endpoint, endpoint: str,
-                     payload: dict[str, Any], expected_tokens: int | None = None) -> tuple[RequestRecord, Reads]:
+                     payload: dict[str, Any], expected_tokens: int | None = None,
+                     prompt_tokens: int | None = None) -> tuple[RequestRecord, Reads]:
     """The hot loop: send one streamed request and keep every raw read with its arrival stamp, nothing parsed.
 
     Transport failures and an HTTP error status are recorded on the record; everything else waits for
@@ -230,7 +234,7 @@ async def stream_raw(client: aiohttp.ClientSession, base_url: str | Endpoint, en
     max_tokens = payload.get("max_tokens")
     max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
     rec = RequestRecord(request_id=uuid.uuid4().hex, endpoint=endpoint, t_sent_ns=0, expected_tokens=expected_tokens,
-                        max_tokens=max_tokens)
+                        max_tokens=max_tokens, sent_prompt_tokens=prompt_tokens)
     ep = base_url if isinstance(base_url, Endpoint) else _DEFAULT
     url = str(getattr(base_url, "base_url", base_url)).rstrip("/") + endpoint
     reads: Reads = []
@@ -327,6 +331,14 @@ def usage_lie(rec: RequestRecord) -> str | None:
         if rec.completion_tokens < rec.text_chunks - 1:
             return (f"usage says {rec.completion_tokens} completion tokens, but {rec.text_chunks} chunks carried "
                     "text")
+    if rec.text_after_finish:
+        return (f"finish_reason {rec.finish_reason!r} came, then {rec.text_after_finish} more chunk(s) carried text")
+    sent = rec.sent_prompt_tokens
+    # A chat template adds some tokens and another tokenizer counts a few differently; a prompt counted at more
+    # than twice (plus a template's worth) or under half what was sent is not this prompt.
+    if sent and rec.prompt_tokens is not None and not (sent // 2 - PROMPT_SLACK <= rec.prompt_tokens
+                                                         <= 2 * sent + PROMPT_SLACK):
+        return f"usage says {rec.prompt_tokens} prompt tokens, for a prompt of {sent} tokens as sent"
     if rec.cached_tokens is not None and rec.prompt_tokens is not None and rec.cached_tokens > rec.prompt_tokens:
         return f"usage says {rec.cached_tokens} cached tokens, above the {rec.prompt_tokens} prompt tokens"
     if rec.finish_reason == "length" and rec.max_tokens is not None and rec.completion_tokens is not None \
@@ -407,6 +419,7 @@ def _parse_events(rec: RequestRecord, events: list[tuple[int, bytes]]) -> None:
         if text is None:
             continue
         choice = _choice(chunk) or {}
+        rec.text_after_finish += bool(text) and rec.finish_reason is not None
         if choice.get("finish_reason"):
             rec.finish_reason = _str(choice["finish_reason"], "finish_reason")[:40]
         if not (text or (added is not None and added > 0)):

@@ -17,6 +17,8 @@ parse at the level's end disagrees for some request, the level's decision is rep
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,12 +30,14 @@ from offload_lab.core import progress, runs
 from offload_lab.load import metrics as server_metrics
 from offload_lab.load import workers as workers_mod
 from offload_lab.load.endpoint import Endpoint
+from offload_lab.load.journal import Journal
 from offload_lab.load.share import (  # noqa: F401 (LagMonitor, cache_verdict, is_burst: re-exported)
     BURST_ITL_MS,
     LagMonitor,
     ShareConfig,
     cache_verdict,
     is_burst,
+    journal_event,
     run_share,
 )
 from offload_lab.load.workloads import PreparedWorkload
@@ -52,7 +56,7 @@ class StopRule(BaseModel):
     min_errors: int = Field(2, ge=1, description="... and at least this many errors occurred")
     max_consecutive_failures: int = Field(5, ge=1, description="stop after this many failures in a row")
     scope: Literal["level", "window", "sweep"] = Field(
-        "level", description="count errors per level (default), over the last `window` requests, or over the sweep")
+        "level", description="errors counted per level, sliding window or sweep")
     window: int | None = Field(None, ge=1, description="scope window: requests in the sliding window")
 
     @model_validator(mode="after")
@@ -118,6 +122,11 @@ class StopState:
         return self.reason
 
 
+def _unjournaled(journal: Journal | None, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events the journal writer did not append (all of them without one); the writer is done after this."""
+    return events if journal is None else journal.finish(events)
+
+
 @dataclass
 class LevelResult:
     streams: int
@@ -170,9 +179,10 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
                     scrape_interval_s: float | None = 1.0, extra: dict[str, Any] | None = None, workers: int = 1,
                     defer: bool = True, configs: list[ShareConfig] | None = None,
                     pin: list[tuple[int, ...]] | None = None) -> LevelResult:
-    """Run one level (N streams, or the open-loop ``configs`` given) to its end or to the stop rule; its requests
-    are logged when it ends, in send order. ``scrape_interval_s`` None scrapes /metrics only before and after.
-    ``pin`` (:func:`workers.pin_plan`): the CPUs of each worker process, when there are several."""
+    """Run one level (N streams, or the open-loop ``configs`` given) to its end or to the stop rule; each request is
+    logged as it finishes (:mod:`offload_lab.load.journal`), in completion order. ``scrape_interval_s`` None
+    scrapes /metrics only before and after. ``pin`` (:func:`workers.pin_plan`): the CPUs of each worker process,
+    when there are several."""
     endpoint = Endpoint.of(base_url)
     n = work.streams
     result = LevelResult(streams=n)
@@ -193,6 +203,23 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
         configs = [ShareConfig(worker=k, streams=streams, defer=defer, level=n, extra=dict(extra or {}),
                                cpus=pin[k % len(pin)] if pin else None)
                    for k, streams in enumerate(workers_mod.shard(n, max(1, min(workers, n))))]
+    # Each finished request reaches the log as it finishes, through a writer process (SIGKILL mid-level keeps it).
+    path = getattr(log, "path", None)
+    journal = Journal.start(path, len(configs), workers_mod._context(), journal_event) if path is not None else None
+    if journal is not None and await asyncio.to_thread(journal.wait_ready):
+        configs = [dataclasses.replace(c, journal=w) for c, w in zip(configs, journal.senders)]
+    try:
+        return await _run(endpoint, work, stop, log, configs, report, halt, result, journal, scrape_interval_s, extra)
+    finally:
+        if journal is not None:
+            journal.close_senders()  # a writer never outlives its level waiting for a pipe
+
+
+async def _run(endpoint: Endpoint, work: PreparedWorkload, stop: StopState, log: runs.EventLog,
+               configs: list[ShareConfig], report: Any, halt: dict[str, bool], result: LevelResult,
+               journal: Journal | None, scrape_interval_s: float | None,
+               extra: dict[str, Any] | None) -> LevelResult:
+    n = work.streams
     started = time.monotonic()
     async with endpoint.async_session(2) as client:
         scraper = server_metrics.Scraper(endpoint.base_url, interval_s=scrape_interval_s or 0.0)
@@ -204,17 +231,18 @@ async def run_level(base_url: str | Endpoint, work: PreparedWorkload, stop: Stop
                 shares = await workers_mod.run_workers(endpoint, work, configs, report)
         except BaseException as e:
             # Interrupted (SIGINT, SIGTERM) or failed mid-level: the requests that finished are measurements too.
-            for event in sorted(getattr(e, "finished_events", []), key=lambda ev: ev["t_sent_ns"]):
+            finished = getattr(e, "finished_events", [])
+            for event in sorted(_unjournaled(journal, finished), key=lambda ev: ev["t_sent_ns"]):
                 log.append(event)
             log.append({"kind": "stop", "level": n, "reason": f"level interrupted ({type(e).__name__}); "
-                        f"{len(getattr(e, 'finished_events', []))} finished request(s) kept"})
+                        f"{len(finished)} finished request(s) kept"})
             raise
         finally:
             await scraper.stop(client)
     for sample in scraper.samples:
         log.append({"kind": "metrics", "level": n, **sample, **(extra or {})})
     result.events = sorted((e for sh in shares for e in sh.events), key=lambda e: e["t_sent_ns"])
-    for e in result.events:
+    for e in _unjournaled(journal, result.events):
         log.append(e)
     result.inflight = [c for sh in shares for c in sh.inflight]
     if any(sh.quick_mismatches for sh in shares):

@@ -23,8 +23,9 @@ import httpx
 
 from offload_lab.core.bounds import MAX_SECONDS, MAX_TOKENS
 from offload_lab.core.errors import InputError, ServerError
-from offload_lab.load import responses
 from offload_lab.core.redact import add_secret, add_url_secrets, looks_secret, redact_text, redact_url
+from offload_lab.load import responses
+from offload_lab.load.deadline import within
 
 # Deadlines of every request (each can be changed through the environment variable named beside it, which also
 # reaches the notebooks a campaign runs, or through `bench`'s flags):
@@ -48,6 +49,8 @@ DEADLINE_ENV = "OFFLOAD_LAB_REQUEST_DEADLINE_S"
 # The largest answer read from a small endpoint (/metrics of a busy vLLM is ~100 KB; /tokenize of 10M ids ~80 MB).
 MAX_SMALL_BYTES = 128 * 1024 * 1024
 MAX_METRICS_BYTES = 32 * 1024 * 1024
+# A model list names a handful of models in a few hundred bytes each; a megabyte is thousands of them.
+MAX_MODELS_BYTES = 1024 * 1024
 
 
 def _seconds_from_env(name: str, default: float | None) -> float | None:
@@ -178,7 +181,11 @@ class Endpoint:
         bound on its size; a :class:`ServerError` naming the URL when neither holds or nothing answers."""
         url = self.url(path)
         deadline = time.monotonic() + timeout_s
-        try:
+
+        def late() -> ServerError:
+            return ServerError(f"{redact_url(url)} did not finish its answer within {timeout_s:g} s")
+
+        def call() -> tuple[int, bytes]:
             with self.sync_client(timeout_s) as c, c.stream(method, url, json=body) as r:
                 buf = bytearray()
                 for chunk in r.iter_bytes():
@@ -187,8 +194,13 @@ class Endpoint:
                         raise ServerError(f"{redact_url(url)} answered more than {max_bytes:,} bytes; not the "
                                           "answer of an OpenAI-compatible server")
                     if time.monotonic() > deadline:
-                        raise ServerError(f"{redact_url(url)} did not finish its answer within {timeout_s:g} s")
+                        raise late()
                 return r.status_code, bytes(buf)
+
+        try:
+            # The deadline holds for the status line and headers too (a server trickling them resets every read
+            # timeout); a body is also checked chunk by chunk above.
+            return within(timeout_s + 1.0, call, late)
         except httpx.HTTPError as e:
             raise ServerError(f"no answer from {redact_url(url)} ({type(e).__name__}: {redact_text(str(e))[:200]}); "
                               "is the server running at that URL?") from None
@@ -204,7 +216,7 @@ class Endpoint:
     def models(self, timeout_s: float = 5.0) -> list[str]:
         """The model names ``/v1/models`` lists, each checked (:mod:`offload_lab.load.responses`)."""
         try:
-            status, raw = self.fetch("GET", "/v1/models", timeout_s=timeout_s)
+            status, raw = self.fetch("GET", "/v1/models", timeout_s=timeout_s, max_bytes=MAX_MODELS_BYTES)
         except ServerError as e:
             raise ServerError(
                 f"no OpenAI-compatible server answers at {self.redacted} ({e}); start one with "

@@ -9,6 +9,7 @@ running and waiting, and speculative-decoding acceptance when the server drafts.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -54,15 +55,40 @@ HISTOGRAMS: dict[str, str] = {
 }
 
 
+# A sample's value as the exposition format writes it: ASCII digits only (Python's float() also takes "٥" and "²"
+# forms of digits, which no exporter writes), or NaN / +Inf / -Inf.
+_VALUE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN", re.ASCII)
+# Counters and gauges a server reports stay far below this; a value above it is a server inventing numbers.
+MAX_SAMPLE = 1e18
+
+
+def _check_values(text: str) -> None:
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        rest = line.rpartition("}")[2] if "}" in line else line.partition(" ")[2]
+        value = rest.split()[0] if rest.split() else ""
+        if not _VALUE.fullmatch(value):
+            raise ValueError(f"line {n}: value {value[:30]!r} is not a number in ASCII digits")
+
+
 def parse(text: str) -> dict[str, float]:
     """Flatten a Prometheus text exposition into {sample name with labels: value}, summed over label sets that
-    differ only by the model name (one server, one model)."""
+    differ only by the model name (one server, one model). A NaN or infinite sample is left out (no figure is made
+    of it); a finite one beyond :data:`MAX_SAMPLE` is an error."""
+    _check_values(text)
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
+            value = float(s.value)
+            if not math.isfinite(value):
+                continue
+            if abs(value) > MAX_SAMPLE:
+                raise ValueError(f"{s.name} = {value:g}, beyond any counter a server keeps")
             labels = {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")}
             key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}" if labels else "")
-            out[key] = out.get(key, 0.0) + float(s.value)
+            out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -70,7 +96,7 @@ def parse_checked(text: str, url: str) -> dict[str, float]:
     """:func:`parse`, with text that is not Prometheus exposition a :class:`responses.BadResponse` (exit 3)."""
     try:
         return parse(text)
-    except (ValueError, TypeError, IndexError, KeyError) as e:
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as e:
         raise responses.bad(url, "body", f"Prometheus text exposition ({str(e)[:60]})", text) from None
 
 

@@ -26,11 +26,11 @@ class OpenLoopParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rates_rps: list[float] = Field(min_length=1, description="offered request rates, in the order they run")
-    requests: int = Field(40, ge=2, description="requests per rate (at least this many; rate x duration_s if more)")
+    requests: int = Field(40, ge=2, description="requests per rate (or rate x duration_s, if more)")
     duration_s: float = Field(0.0, ge=0, description="alternatively, seconds of arrivals per rate")
-    arrival: Arrival = "poisson"
-    burstiness: float = Field(1.0, gt=0, description="gamma shape: below 1 burstier than Poisson, 1 is Poisson")
-    seed: int = 0
+    arrival: Arrival = Field("poisson", description="arrival pattern: poisson, gamma or constant")
+    burstiness: float = Field(1.0, gt=0, description="gamma shape: below 1 burstier than Poisson")
+    seed: int = Field(0, description="schedule seed (rate k uses seed + k)")
     max_concurrency: int | None = Field(None, ge=1, description="client cap on requests in flight (None: none)")
     max_send_late_ms: float = Field(MAX_SEND_LATE_MS, gt=0)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from offload_lab.core import stats
 from offload_lab.load import client as load
+from offload_lab.load import journal
 from offload_lab.load.endpoint import Endpoint
 from offload_lab.load.workloads import PreparedWorkload, RequestSpec
 
@@ -107,6 +108,7 @@ class ShareConfig:
     level: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None  # worker processes: the CPUs this share's process is pinned to
+    journal: Any = None  # the pipe to the journal writer (a Connection; it crosses to a worker process too)
 
 
 @dataclass
@@ -120,11 +122,15 @@ class ShareResult:
 
 def cache_verdict(spec: RequestSpec, rec: load.RequestRecord) -> bool | None:
     """Whether the prefix cache did what the regime needs; None when the server does not report cached tokens."""
+    return _cache_ok(spec.expect_cached_min, spec.expect_cached_max, rec)
+
+
+def _cache_ok(lo: int, hi: int | None, rec: load.RequestRecord) -> bool | None:
     if rec.cached_tokens is None or not rec.ok:
         return None
-    if rec.cached_tokens < spec.expect_cached_min:
+    if rec.cached_tokens < lo:
         return False
-    return spec.expect_cached_max is None or rec.cached_tokens <= spec.expect_cached_max
+    return hi is None or rec.cached_tokens <= hi
 
 
 def is_burst(rec: load.RequestRecord) -> bool:
@@ -132,13 +138,37 @@ def is_burst(rec: load.RequestRecord) -> bool:
     return len(itl) >= 3 and max(itl) < BURST_ITL_MS
 
 
+def _base(spec: RequestSpec, cfg: ShareConfig, stream: int, turn: int) -> dict[str, Any]:
+    return {**spec.meta, **cfg.extra, "kind": "request", "level": cfg.level, "stream": stream, "turn": turn,
+            "worker": cfg.worker, "expect_cached_min": spec.expect_cached_min,
+            "expected_prompt_tokens": spec.prompt_tokens}
+
+
+def _event(rec: load.RequestRecord, base: dict[str, Any], cached: tuple[int, int | None],
+           more: dict[str, Any]) -> dict[str, Any]:
+    return rec.event(**{**base, "cache_ok": _cache_ok(*cached, rec), "burst": is_burst(rec), **more})
+
+
 def request_event(spec: RequestSpec, rec: load.RequestRecord, cfg: ShareConfig, stream: int, turn: int,
                   **more: Any) -> dict[str, Any]:
-    return rec.event(**{
-        **spec.meta, **cfg.extra, "kind": "request", "level": cfg.level, "stream": stream, "turn": turn,
-        "worker": cfg.worker, "cache_ok": cache_verdict(spec, rec), "expect_cached_min": spec.expect_cached_min,
-        "expected_prompt_tokens": spec.prompt_tokens, "burst": is_burst(rec), **more,
-    })
+    return _event(rec, _base(spec, cfg, stream, turn), (spec.expect_cached_min, spec.expect_cached_max), more)
+
+
+def _to_journal(spec: RequestSpec, rec: load.RequestRecord, reads: load.Reads | None, cfg: ShareConfig, stream: int,
+                turn: int, more: dict[str, Any]) -> None:
+    """A finished request to the journal writer (:mod:`offload_lab.load.journal`): raw when ``reads`` is given (the
+    writer parses it), else already parsed. No parsing here: this runs on the timing loop."""
+    if cfg.journal is not None:
+        journal.send(cfg.journal, (rec, reads, _base(spec, cfg, stream, turn),
+                                   (spec.expect_cached_min, spec.expect_cached_max), more))
+
+
+def journal_event(item: tuple[Any, ...]) -> dict[str, Any]:
+    """In the journal writer: the event a :func:`_to_journal` item stands for, parsed as the level's end parses."""
+    rec, reads, base, cached, more = item
+    if reads is not None:
+        load.finish_record(rec, reads)
+    return _event(rec, base, cached, more)
 
 
 def _finish_pending(pending: list[Any], result: ShareResult, cfg: ShareConfig) -> None:
@@ -165,16 +195,19 @@ async def run_share(endpoint: Endpoint, work: PreparedWorkload, cfg: ShareConfig
 
         async def one(spec: RequestSpec, stream: int, turn: int, more: dict[str, Any]) -> load.RequestRecord | None:
             result.inflight.append((time.monotonic_ns(), +1))
-            rec, reads = await load.stream_raw(client, endpoint, spec.endpoint, spec.payload, spec.expected_tokens)
+            rec, reads = await load.stream_raw(client, endpoint, spec.endpoint, spec.payload, spec.expected_tokens,
+                                               spec.prompt_tokens)
             result.inflight.append((rec.t_end_ns or time.monotonic_ns(), -1))
             ok = load.quick_ok(rec, reads)
             if defer:
                 pending.append((spec, rec, reads, stream, turn, {**more, "quick_ok": ok}))
+                _to_journal(spec, rec, reads, cfg, stream, turn, {**more, "quick_ok": ok})
                 report(ok)
                 return None
             load.finish_record(rec, reads)
             result.quick_mismatches += ok != rec.ok
             result.events.append(request_event(spec, rec, cfg, stream, turn, quick_ok=ok, **more))
+            _to_journal(spec, rec, None, cfg, stream, turn, {"quick_ok": ok, **more})
             report(rec.ok)
             return rec
 

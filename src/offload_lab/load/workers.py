@@ -61,9 +61,13 @@ def shard(n: int, workers: int) -> list[list[int]]:
 
 def _context() -> mp.context.BaseContext:
     try:
-        return mp.get_context("forkserver")
+        ctx = mp.get_context("forkserver")
     except ValueError:
         return mp.get_context("spawn")
+    # Imported once in the fork server, not again in each child: a level's journal writer (and each worker) is up
+    # in milliseconds instead of the seconds an import of the load client takes on a busy host.
+    ctx.set_forkserver_preload(["offload_lab.load.share"])
+    return ctx
 
 
 def pin_plan(workers: int, reserved: set[int] | frozenset[int] = frozenset()) -> list[tuple[int, ...]] | None:

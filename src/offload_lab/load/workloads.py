@@ -22,6 +22,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from offload_lab.core.bounds import MAX_SECONDS, MAX_TOKENS
 from offload_lab.core.errors import InputError, ServerError
 from offload_lab.load import client as load
 from offload_lab.load import metrics as server_metrics
@@ -37,16 +38,20 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    regime: Regime
-    output_tokens: int = Field(64, ge=2, description="tokens generated per request (ignore_eos), R for agent turns")
-    prompt_tokens: int = Field(128, ge=4, description="short and cold_prefill: prompt length")
-    prefix_tokens: int = Field(2048, ge=4, description="shared_prefix and private_context: context length L")
-    suffix_tokens: int = Field(32, ge=4, description="new tokens after the cached prefix or context")
-    initial_context_tokens: int = Field(2048, ge=4, description="agent_turns: context at the first turn (C0)")
-    turn_new_tokens: int = Field(256, ge=4, description="agent_turns: new user tokens each turn")
-    think_time_s: float = Field(0.0, ge=0, description="agent_turns: pause between a reply and the next turn")
+    regime: Regime = Field(description="short, cold_prefill, shared_prefix, private_context, agent_turns")
+    output_tokens: int = Field(64, ge=2, le=MAX_TOKENS,
+                               description="output tokens per request (R in agent turns)")
+    prompt_tokens: int = Field(128, ge=4, le=MAX_TOKENS, description="short and cold_prefill: prompt length")
+    prefix_tokens: int = Field(2048, ge=4, le=MAX_TOKENS,
+                               description="shared_prefix, private_context: context length L")
+    suffix_tokens: int = Field(32, ge=4, le=MAX_TOKENS, description="new tokens after the cached prefix or context")
+    initial_context_tokens: int = Field(2048, ge=4, le=MAX_TOKENS,
+                                        description="agent_turns: context at the first turn (C0)")
+    turn_new_tokens: int = Field(256, ge=4, le=MAX_TOKENS, description="agent_turns: new user tokens each turn")
+    think_time_s: float = Field(0.0, ge=0, le=MAX_SECONDS,
+                                description="agent_turns: pause between a reply and the next turn")
     block_size: int | None = Field(
-        None, ge=1, description="KV block size (cache hits come in whole blocks); None: read from the server's /metrics")
+        None, ge=1, description="KV block size (None: read from the server's /metrics)")
 
     def longest_prompt(self, turns: int) -> int:
         """An upper bound on any prompt this spec sends in ``turns`` requests per stream."""

@@ -62,6 +62,7 @@ from offload_lab.paper.setup import check_setups
 from offload_lab.paper.quarto import article as quarto_article
 from offload_lab.paper.quarto import render_quarto
 from offload_lab.paper.render import FIGURE_LINKS, figure_links, render_fallback
+from offload_lab.paper.supplement import build_supplement, bundle_supplement
 from offload_lab.paper.xref import Label, check_references, defined_labels, numbered_sections
 from offload_lab.paper.qmd import (
     GENERATED,
@@ -170,7 +171,7 @@ def prepare(
         raise InputError(f"no data for campaign {campaign!r}: {data / campaign} does not exist (see --data-dir)")
     if next(runs.iter_runs(data, campaign), None) is None:
         # A paper of zero claims says nothing and looks like one that does.
-        raise InputError(f"campaign {campaign!r}: {data / campaign} holds no run (no manifest.json in any "
+        raise InputError(f"campaign {campaign!r}: {data / campaign} holds no run (no {runs.MANIFEST} in any "
                          "<experiment>/<run>/); run the campaign first, or name another with --campaign")
 
     from offload_lab.paper.discovery import figure_registry
@@ -266,6 +267,7 @@ def _build_paper(
     folder. Raises ClaimError, AuditError, InputError or RenderError.
     """
     t0 = time.monotonic()
+    runs.check_name("campaign", campaign)  # it names folders (data/<campaign>, _output/<campaign>): ../x, 300 characters
     repo = (Path(repo_root) if repo_root is not None else default_repo_root()).resolve()
     out = (Path(out_dir) if out_dir is not None else default_out_dir(repo, campaign)).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -299,18 +301,14 @@ def _build_paper(
     write_lock(out / LOCK, campaign, locked, locked_runs(prep.claims))
     # The listings behind the paper, rendered beside it (the paper's own build only: qmd None); it reports its own
     # time, the paper's is the paper's alone.
-    from offload_lab.paper.supplement import build_supplement
-
     seconds = time.monotonic() - t0
 
-    supplement = build_supplement(prep.generated_dir, campaign, data_root, out, repo, tuple(formats)) \
-        if qmd is None else None
+    supplement = build_supplement(prep.generated_dir, campaign, data_root, out, repo, tuple(formats),
+                                  build_paper=build_paper) if qmd is None else None
     bundled = None
     if bundle is not None:
         extra = [p for p in (files.get("pdf"), out / "claims.json", out / LOCK) if p is not None]
         bundled = make_bundle(files["html"], Path(bundle), extra).parent
-        from offload_lab.paper.supplement import bundle_supplement
-
         bundle_supplement(supplement, Path(bundle))
     pages = None
     if files.get("pdf"):

@@ -84,6 +84,8 @@ def make_bundle(page: Path, dest: Path, extra: list[Path] | None = None) -> Path
     for t, rel in where.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(t, dest / rel)
+        if rel.suffix == ".ipynb":  # a run's notebook, perhaps kept before notebooks were redacted: never shared as is
+            _redacted(dest / rel, t)
 
     def rewrite(m: re.Match[str]) -> str:
         if not _local(m.group(3)):
@@ -101,6 +103,17 @@ def make_bundle(page: Path, dest: Path, extra: list[Path] | None = None) -> Path
             written.append(Path(f).name)
     (dest / MARKER).write_text(json.dumps({"files": written}), encoding="utf-8")
     return out
+
+
+def _redacted(copy: Path, source: Path) -> None:
+    from offload_lab.core.notebooks import redact_notebook
+
+    try:
+        redact_notebook(copy)
+    except Exception as e:  # not a notebook nbformat reads: it is not shared unredacted
+        copy.unlink()
+        raise InputError(f"{source}: the paper links this notebook, which cannot be read to redact it "
+                         f"({type(e).__name__}); check the run with `offload-lab runs verify`") from e
 
 
 def _previous_files(dest: Path) -> list[str] | None:

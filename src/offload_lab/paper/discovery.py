@@ -33,11 +33,15 @@ def experiment_names() -> list[str]:
 
 def experiment_module(name: str, part: str) -> ModuleType | None:
     """``offload_lab.experiments.<name>.<part>``, or None when that experiment has no such module."""
+    if not name.isidentifier() or not part.isidentifier():
+        return None  # a campaign's own notebook named `my-notebook.ipynb` (or `.ipynb`): no module of ours
     full = f"{EXPERIMENTS_PACKAGE}.{name}.{part}"
     try:
         return importlib.import_module(full)
     except ModuleNotFoundError as e:
-        if e.name == full:
+        # The module, or the experiment's whole folder: a campaign file that runs the user's own notebook (whose
+        # runs sit beside the project's when it reuses a campaign's name) has no folder in offload_lab.experiments.
+        if e.name in (full, f"{EXPERIMENTS_PACKAGE}.{name}"):
             return None
         raise
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -287,7 +287,7 @@ def _number(x: Any) -> str:
     return f"{x:.2e}"
 
 
-def _short_labels(frame: pd.DataFrame) -> pd.DataFrame:
+def short_labels(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     for col in ("run_id", "boot", "run_id_in_file"):
         if col in frame.columns:
@@ -307,7 +307,7 @@ def tidy(frame: pd.DataFrame, max_rows: int = MAX_ROWS, hide: tuple[str, ...] = 
     shown = shown.dropna(axis=1, how="all")
     if len(shown) > max_rows:
         shown = shown.head(max_rows)
-    shown = _short_labels(shown)
+    shown = short_labels(shown)
     try:
         import jinja2  # noqa: F401
     except ImportError:
@@ -428,46 +428,3 @@ def labels(t: CampaignTables) -> dict[str, str]:
     # Two experiments' runs may differ in the same way ("commit=..."): a comparison of both names its experiment.
     taken = pd.Series(out).value_counts() if out else pd.Series(dtype=int)
     return {r: f"{experiment_of[r]}: {name}" if taken[name] > 1 else name for r, name in out.items()}
-
-
-def table(frame: pd.DataFrame, caption: str, note: str = "") -> Any:
-    """A table to look at in a notebook: every row, in a box that scrolls (it fits the page however wide the table)
-    with a filter box above it; numbers to three significant digits. The explore notebook's tables."""
-    from IPython.display import HTML
-
-    from offload_lab.paper import report
-
-    page = report._Page()
-    page.table(_short_labels(frame), caption, note)
-    text = "".join(v for _, v in page.items)
-    return HTML(f"<style>{report.TABLE_CSS}</style><script>{report.FILTER_JS}</script><div class=\"olab\">{text}</div>")
-
-
-def show(t: CampaignTables, experiment: str) -> None:
-    """Display one experiment in a notebook as the report shows it (:func:`offload_lab.paper.report.experiment_items`):
-    its runs named by what differs, tables that scroll inside their box and filter as you type, and its charts,
-    drawn with hover by JupyterLab and as PNG images with alt text where the notebook runs headless. An experiment
-    the report has no chart for gets its matplotlib figure (:func:`figures`), with alt text too."""
-    from IPython.display import HTML, Markdown, display
-
-    from offload_lab.paper import report, report_charts
-
-    runs_of = t.runs[t.runs["experiment"] == experiment]
-    # The heading as Markdown, so that JupyterLab's table of contents lists the experiment.
-    display(Markdown(f"## {experiment}\n{len(runs_of)} run{'s' if len(runs_of) != 1 else ''}: "
-                     + ", ".join(f"{n} {o}" for o, n in runs_of["outcome"].value_counts().items())))
-    display(HTML(f"<style>{report.TABLE_CSS}</style><script>{report.FILTER_JS}</script>"))
-    items = report.experiment_items(t, experiment)[1:]  # the report's own heading is the one above
-    for kind, value in items:
-        if kind == "html":
-            display(HTML(f'<div class="olab">{value}</div>'))
-            continue
-        for _, spec, alt_text in value:
-            data, metadata = report_charts.mimebundle(spec, alt_text)
-            display(data, metadata=metadata, raw=True)
-    if any(kind == "charts" for kind, _ in items):
-        return
-    for fig in figures(t, experiment):
-        title = fig._suptitle.get_text() if fig._suptitle else next(
-            (ax.get_title(loc="left") or ax.get_title() for ax in fig.axes), experiment)
-        display(fig, metadata={"image/png": {"alt": f"{experiment}: {title or 'figure'}"}})

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from offload_lab.core.runs import EVENTS
 from offload_lab.paper.explore import View, csv, events, verdicts
 from offload_lab.paper.explore_plots import plot_levels
 
@@ -36,7 +37,7 @@ def levels(run_dir: Path) -> pd.DataFrame:
 TABLES: dict[str, Callable[[Path], pd.DataFrame]] = {
     "levels": levels,
     "verdicts": verdicts,
-    "requests": lambda d: events(d, "*/events.jsonl"),
+    "requests": lambda d: events(d, f"*/{EVENTS}"),
 }
 COMPARE = [("levels", "tok_s_median", ["experiment", "regime", "streams"])]
 

@@ -321,3 +321,44 @@ def chart_specs(text: str) -> list[dict[str, Any]]:
     found = re.findall(r'<script type="application/json" data-chart="[^"]+" data-name="[^"]*">(.*?)</script>', text,
                        flags=re.S)
     return [json.loads(s.replace("<\\/", "</")) for s in found]
+
+
+# --- the same pieces in a notebook (notebooks/explore.ipynb) ---------------------------------------------------
+
+def table(frame: pd.DataFrame, caption: str, note: str = "") -> Any:
+    """A table to look at in a notebook: every row, in a box that scrolls (it fits the page however wide the table)
+    with a filter box above it; numbers to three significant digits. The explore notebook's tables."""
+    from IPython.display import HTML
+
+    page = _Page()
+    page.table(explore.short_labels(frame), caption, note)
+    text = "".join(v for _, v in page.items)
+    return HTML(f"<style>{TABLE_CSS}</style><script>{FILTER_JS}</script><div class=\"olab\">{text}</div>")
+
+
+def show(t: explore.CampaignTables, experiment: str) -> None:
+    """Display one experiment in a notebook as the report shows it (:func:`experiment_items`):
+    its runs named by what differs, tables that scroll inside their box and filter as you type, and its charts,
+    drawn with hover by JupyterLab and as PNG images with alt text where the notebook runs headless. An experiment
+    the report has no chart for gets its matplotlib figure (:func:`~offload_lab.paper.explore.figures`), with alt text too."""
+    from IPython.display import HTML, Markdown, display
+
+    runs_of = t.runs[t.runs["experiment"] == experiment]
+    # The heading as Markdown, so that JupyterLab's table of contents lists the experiment.
+    display(Markdown(f"## {experiment}\n{len(runs_of)} run{'s' if len(runs_of) != 1 else ''}: "
+                     + ", ".join(f"{n} {o}" for o, n in runs_of["outcome"].value_counts().items())))
+    display(HTML(f"<style>{TABLE_CSS}</style><script>{FILTER_JS}</script>"))
+    items = experiment_items(t, experiment)[1:]  # the report's own heading is the one above
+    for kind, value in items:
+        if kind == "html":
+            display(HTML(f'<div class="olab">{value}</div>'))
+            continue
+        for _, spec, alt_text in value:
+            data, metadata = report_charts.mimebundle(spec, alt_text)
+            display(data, metadata=metadata, raw=True)
+    if any(kind == "charts" for kind, _ in items):
+        return
+    for fig in explore.figures(t, experiment):
+        title = fig._suptitle.get_text() if fig._suptitle else next(
+            (ax.get_title(loc="left") or ax.get_title() for ax in fig.axes), experiment)
+        display(fig, metadata={"image/png": {"alt": f"{experiment}: {title or 'figure'}"}})

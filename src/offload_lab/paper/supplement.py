@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from offload_lab.paper.qmd import GENERATED
 
@@ -28,10 +28,11 @@ def supplement_source(repo_root: Path) -> Path | None:
 
 
 def build_supplement(paper_generated: Path, campaign: str, data_root: Path | str, out_dir: Path, repo_root: Path,
-                     formats: tuple[str, ...] = ("pdf", "html")) -> Any:
+                     formats: tuple[str, ...] = ("pdf", "html"), *, build_paper: Callable[..., Any]) -> Any:
     """Render ``paper/supplement.qmd`` into ``out_dir/supplement/`` (its BuildResult), or None when there is none.
-    ``paper_generated`` is the paper's own generated folder, whose provenance listing the supplement prints."""
-    from offload_lab.paper.build import build_paper  # the same build, for a second document
+    ``paper_generated`` is the paper's own generated folder, whose provenance listing the supplement prints;
+    ``build_paper`` is the paper's own build, handed in by it (the same build for a second document, and this module
+    stays below the build rather than in a loop with it)."""
 
     qmd = supplement_source(repo_root)
     if qmd is None:

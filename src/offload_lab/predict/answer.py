@@ -64,15 +64,15 @@ def answer(pin: PodInput, p: Predictor, team: Team) -> dict[str, Any]:
     price, cur = pin.price_per_hour, pin.currency
     prices = None
     if price is not None and team.seat_price is not None:
-        prices = cost.Prices(price, team.seat_price)
+        prices = cost.Prices(price, team.seat_price, currency=cur)
     for n in team.sizes:
         pods = capacity.pods_for_team(n, kept_kv, demand, team.alpha)
         row: dict[str, Any] = {"team": n, "pods": pods}
         if prices is not None:
             c = cost.team_cost(n, pods, prices)
-            row.update({"currency": cur, "self_hosted_per_month": round(c.eur_per_month_self_hosted, 2),
-                        "subscriptions_per_month": round(c.eur_per_month_subscriptions, 2),
-                        "saving_per_month": round(c.difference_eur_per_month, 2),
+            row.update({"currency": c.currency, "self_hosted_per_month": round(c.self_hosted_per_month, 2),
+                        "subscriptions_per_month": round(c.subscriptions_per_month, 2),
+                        "saving_per_month": round(c.difference_per_month, 2),
                         "saving_fraction": round(c.saving_fraction, 4)})
         rows.append(row)
     out["teams"] = rows

@@ -225,6 +225,18 @@ class Predictor:
         return {"ttft_s": t + first, "compute_s": t_compute, "link_s": t_link, "chunks": chunks,
                 "cache_read_s": t_cache}
 
+    def prefill_tail_s(self, new: int, cached: int, users: int) -> float:
+        """Time to first token of the unluckiest of ``users`` closed-loop users on one cached prefix: its request
+        arrives just after an engine step began that prefills the other ``users - 1`` requests (vLLM runs one
+        step at a time and a waiting request joins the next one), so it waits for that whole step, host experts
+        copied over the link included, then has its own prefill and first decode step. No free parameter: the
+        worst arrival, taken as the tail of a handful of requests."""
+        if users <= 1:
+            return float(self.prefill_s(new, cached, 1)["ttft_s"])
+        ahead = self.prefill_s(new, cached, users - 1)
+        in_flight = ahead["ttft_s"] - self.step_ms(users - 1, cached + new)["step_ms"] / 1e3
+        return float(in_flight + self.prefill_s(new, cached, 1)["ttft_s"])
+
     # --- memory --------------------------------------------------------------------------------------------------
 
     def weights_per_gpu_gib(self) -> float:

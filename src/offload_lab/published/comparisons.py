@@ -94,13 +94,16 @@ def cost_comparisons(figures: Mapping[str, Mapping[str, Any]], cost: Mapping[str
                      ) -> list[Comparison]:
     """The pod's month, the subscriptions it buys, and pods, extra cost and savings for the published teams."""
     out = []
-    price, hours, seat = float(cost["pod_eur_per_hour"]), float(cost["hours_per_month"]), float(cost["seat_eur_per_month"])
+    # The study's figures are in EUR (its published keys say so); the recomputation's prices are the run's, in
+    # cost.json's currency, which the published source holds to EUR (StudyParams).
+    price, hours = float(cost["pod_price_per_hour"]), float(cost["hours_per_month"])
+    seat = float(cost["seat_price_per_month"])
     # The price is printed to the cent: a figure derived from it carries that rounding.
     p_lo, p_hi = rounding_interval(f"{price:g}")
     month = _value(figures, "pod_eur_per_month")
     if month is not None:
         out.append(Comparison("pod_eur_per_month", "The pod a month, run day and night", month,
-                              float(cost["pod_eur_per_month"]), "EUR", lambda v: f"{float(v):,.1f}",
+                              float(cost["pod_price_per_month"]), "EUR", lambda v: f"{float(v):,.1f}",
                               low=p_lo * hours, high=p_hi * hours))
     for key, fmt in (("subscriptions_per_pod", lambda v: f"{float(v):.1f}"),
                      ("subscriptions_per_pod_blog", fmt_int)):
@@ -125,7 +128,7 @@ def cost_comparisons(figures: Mapping[str, Mapping[str, Any]], cost: Mapping[str
         if extra is not None:
             pods = float(r["pods"])
             out.append(Comparison(f"team_{team}_extra_eur", f"Team of {team}: self-hosting over subscriptions", extra,
-                                  -float(r["difference_eur_per_month"]), "EUR a month", fmt_int,
+                                  -float(r["difference_per_month"]), "EUR a month", fmt_int,
                                   low=pods * hours * p_lo - team * seat, high=pods * hours * p_hi - team * seat,
                                   note=f"within the rounding of the printed price ({price:g} EUR an hour)"))
         saving = _value(figures, f"team_{team}_saving")

@@ -14,7 +14,7 @@ one agent turn             the run's reply length over the bar
 prefill rate               the newest ok ``context`` run: its longest fresh prompt over its median TTFT
 pod price                  the ``price`` block of the stack file the streams run ran against (its manifest), or of
                            ``price_stack`` when the campaign names one (the embedded stack has no price of its own)
-seat price, α, teams       the campaign file (``seat_eur_per_month`` with ``seat_price_source``, ``seat_alphas``,
+seat price, α, teams       the campaign file (``seat_price_per_month`` with ``seat_price_source``, ``seat_alphas``,
                            ``team_sizes``)
 usage profile              a file: the project's YAML profile or a ccusage export (:mod:`offload_lab.seats.usage_export`)
 =========================  ===========================================================================================
@@ -168,7 +168,7 @@ def prefill_rate(run_dir: Path, root: Path, prov: dict[str, Any]) -> float:
 
 def pod_price(stack_record: dict[str, Any], price_stack: str | None, seat_currency: str, root: Path,
               prov: dict[str, Any]) -> float | None:
-    """EUR (the seat's currency) an hour from a stack file's ``price``; None, with the reason recorded, when there is
+    """The pod's price an hour, in the seat's currency, from a stack file's ``price``; None, with the reason recorded, when there is
     none or its currency is not the seat's (cost then refuses to run, naming it)."""
     if price_stack is not None:
         file = paths.resolve_in_root(price_stack, root)
@@ -181,11 +181,11 @@ def pod_price(stack_record: dict[str, Any], price_stack: str | None, seat_curren
         where = {"stack_file": paths.relative_to_root(stack_record.get("file") or "?", root),
                  "sha256": stack_record.get("sha256"), "why": "the stack the streams run ran against (its manifest)"}
     if not price:
-        prov["pod_eur_per_hour"] = {**where, "missing": "the stack file has no price block"}
+        prov["pod_price_per_hour"] = {**where, "missing": "the stack file has no price block"}
         return None
-    prov["pod_eur_per_hour"] = {**where, "price": price}
+    prov["pod_price_per_hour"] = {**where, "price": price}
     if price["currency"] != seat_currency:
-        prov["pod_eur_per_hour"]["missing"] = (f"the pod is priced in {price['currency']}, the seat in {seat_currency}; "
+        prov["pod_price_per_hour"]["missing"] = (f"the pod is priced in {price['currency']}, the seat in {seat_currency}; "
                                                "no exchange rate is recorded")
         return None
     return float(price["per_hour"])
@@ -272,14 +272,15 @@ def gather_measured(params: Any, data_root: Path | str, campaign: str) -> dict[s
     prov["timing"] = {"profile": prov["profile"]["file"], "stream_tok_s": "bar_tok_s", "prefill_tok_s": "prefill_tok_s",
                       "split_prefill_tok_s": split_at}
     q = _q(params.q_source, profile, timing, prov)
-    prov["seat_eur_per_month"] = {"from": "the campaign file", "source": params.seat_price_source,
+    prov["seat_price_per_month"] = {"from": "the campaign file", "source": params.seat_price_source,
                                   "currency": params.seat_currency}
     prov["alphas"] = prov["team_sizes"] = {"from": "the campaign file"}
     return dict(
-        q=q, q_source=params.q_source, streams_per_pod=sweep["streams"], alpha=params.seat_alphas[0],
-        alpha_also=params.seat_alphas[1], team_sizes=list(params.team_sizes), bar_tok_s=sweep["bar"],
+        q=q, q_source=params.q_source, streams_per_pod=sweep["streams"], alphas=list(params.seat_alphas),
+        team_sizes=list(params.team_sizes), bar_tok_s=sweep["bar"],
         pod_output_tok_s=sweep["pod_output_tok_s"], turn_seconds=sweep["turn_seconds"], prefill_tok_s=prefill,
-        pod_eur_per_hour=price, seat_eur_per_month=params.seat_eur_per_month, profile=profile, timing=timing,
+        pod_price_per_hour=price, seat_price_per_month=params.seat_price_per_month, currency=params.seat_currency,
+        profile=profile, timing=timing,
         streams_at_bar_from_table=sweep["streams"], provenance=prov, source="measured",
         published_beside=beside,
     )

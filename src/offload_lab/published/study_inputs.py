@@ -25,7 +25,7 @@ from offload_lab.seats.profile import ProfileTiming, UsageProfile, profile_timin
 QSource = Literal["published", "profile"]
 Source = Literal["published", "measured"]
 # Set only with ``source: measured`` (a published run carries its own).
-MEASURED_ONLY = ("seat_eur_per_month", "seat_price_source", "seat_alphas", "team_sizes")
+MEASURED_ONLY = ("seat_price_per_month", "seat_price_source", "seat_alphas", "team_sizes")
 PUBLISHED_CURRENCY = "EUR"  # the study's prices (E12: "3.73 EUR an hour", "180 EUR a seat a month")
 
 
@@ -51,10 +51,12 @@ class StudyParams(BaseModel):
                                                            "gives the prefill rate")
     price_stack: str | None = Field(None, description="measured: stack file whose price block prices the pod "
                                                       "(default: the stack the streams run ran against)")
-    seat_eur_per_month: float | None = Field(None, gt=0, description="measured: a subscription seat's price a month")
+    seat_price_per_month: float | None = Field(None, gt=0, description="measured: a subscription seat's price a "
+                                                                       "month, in seat_currency")
     seat_price_source: str | None = Field(None, min_length=1, description="measured: where that price comes from")
     seat_currency: str = Field("EUR", pattern=r"^[A-Z]{3}$", description="the currency of the seat price")
-    seat_alphas: list[float] | None = Field(None, description="measured: the seat rule's α and the second α reported")
+    seat_alphas: list[float] | None = Field(None, description="measured: the seat rule's α first, then any others "
+                                                              "to report")
     team_sizes: list[int] | None = Field(None, description="measured: the team sizes to size and cost")
     transcription: str = Field("configs/published/study.yaml",
                                description="measured: the published figures set beside the measured ones")
@@ -63,11 +65,26 @@ class StudyParams(BaseModel):
     sessions: int | None = Field(None, ge=1, description="measured, a ccusage daily export: sessions in the period "
                                                          "(default one a day)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_price_key(cls, data: Any) -> Any:
+        # Campaign files written before prices carried their currency name the seat price in euros.
+        if isinstance(data, dict) and "seat_eur_per_month" in data:
+            if "seat_price_per_month" in data:
+                raise ValueError("give seat_price_per_month once (seat_eur_per_month is its old name)")
+            if data.get("seat_currency", PUBLISHED_CURRENCY) != PUBLISHED_CURRENCY:
+                raise ValueError("seat_eur_per_month is a price in EUR, and seat_currency is "
+                                 f"{data['seat_currency']}; give seat_price_per_month instead")
+            data = {k: v for k, v in data.items() if k != "seat_eur_per_month"} | {
+                "seat_price_per_month": data["seat_eur_per_month"]}
+        return data
+
     @field_validator("seat_alphas")
     @classmethod
     def _alphas(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None and (len(v) != 2 or any(not (0 < a < 1) for a in v)):
-            raise ValueError("seat_alphas is the seat rule's α and a second α, two numbers in (0, 1)")
+        if v is not None and (not v or any(not (0 < a < 1) for a in v) or len(set(v)) != len(v)):
+            raise ValueError("seat_alphas is the seat rule's α first, then any others to report: distinct numbers "
+                             "in (0, 1)")
         return v
 
     @field_validator("team_sizes")
@@ -108,15 +125,15 @@ class StudyInputs:
     q: float
     q_source: QSource
     streams_per_pod: int
-    alpha: float  # the seat rule's α
-    alpha_also: float  # the second α the study reports
+    alphas: list[float]  # the seat rule's α first, then the others reported
     team_sizes: list[int]
     bar_tok_s: float
     pod_output_tok_s: float  # the pod's total output at the provisioning load, for seats by volume
     turn_seconds: float  # one agent reply at the bar
     prefill_tok_s: float
-    pod_eur_per_hour: float | None  # None: no price in the seat's currency (cost refuses, naming the reason)
-    seat_eur_per_month: float
+    pod_price_per_hour: float | None  # None: no price in the seat's currency (cost refuses, naming the reason)
+    seat_price_per_month: float
+    currency: str  # of both prices
     profile: UsageProfile
     timing: ProfileTiming
     streams_at_bar_from_table: int
@@ -126,25 +143,26 @@ class StudyInputs:
     joint: dict[str, Any] | None = None  # the week's split and prefill rate inferred jointly (seats.joint), recorded
 
     @property
-    def alphas(self) -> list[float]:
-        return [self.alpha, self.alpha_also]
+    def alpha(self) -> float:
+        """The seat rule's α."""
+        return self.alphas[0]
 
     def record(self) -> dict[str, Any]:
         """What ``inputs.json`` holds: every value and where it came from."""
         values = {k: getattr(self, k) for k in (
-            "source", "q", "q_source", "streams_per_pod", "alpha", "alpha_also", "team_sizes", "bar_tok_s",
-            "pod_output_tok_s", "turn_seconds", "prefill_tok_s", "pod_eur_per_hour", "seat_eur_per_month",
-            "streams_at_bar_from_table")}
+            "source", "q", "q_source", "streams_per_pod", "alpha", "alphas", "team_sizes", "bar_tok_s",
+            "pod_output_tok_s", "turn_seconds", "prefill_tok_s", "pod_price_per_hour", "seat_price_per_month",
+            "currency", "streams_at_bar_from_table")}
         return {"values": values, "profile": self.profile.name, "timing": self.timing.to_dict(),
                 "provenance": self.provenance, "published_beside": self.published_beside, "joint": self.joint}
 
     def price_or_fail(self) -> float:
         """The pod's price an hour; InputError saying why there is none (no price block, another currency)."""
-        if self.pod_eur_per_hour is None:
-            why = (self.provenance.get("pod_eur_per_hour") or {}).get("missing", "no price was found")
+        if self.pod_price_per_hour is None:
+            why = (self.provenance.get("pod_price_per_hour") or {}).get("missing", "no price was found")
             raise InputError(f"the cost needs the pod's price an hour: {why}. Give the stack file a price block, or "
                              "name one with price_stack in the campaign file")
-        return self.pod_eur_per_hour
+        return self.pod_price_per_hour
 
 
 def gather(pub: published.Published, profile_name: str, q_source: QSource = "published") -> StudyInputs:
@@ -192,7 +210,7 @@ def gather(pub: published.Published, profile_name: str, q_source: QSource = "pub
     table = pub.table("agent_turns")
     prov["agent_turns"] = pub.source_ref("agent_turns.csv")
     from_table = capacity.streams_at_bar(table["streams"], table["median_tok_s"], bar, num("provisioning_margin"))
-    alphas = (num("alpha"), num("alpha_also"))
+    alphas = [num("alpha"), num("alpha_also")]
     teams = pub.value("team_sizes")
     prov["team_sizes"] = pub.source_ref(fig, "team_sizes")
     if not isinstance(teams, list) or not all(float(t).is_integer() and t > 0 for t in teams):
@@ -206,21 +224,28 @@ def gather(pub: published.Published, profile_name: str, q_source: QSource = "pub
         q=q,
         q_source=q_source,
         streams_per_pod=int(streams),
-        alpha=alphas[0],
-        alpha_also=alphas[1],
+        alphas=alphas,
         team_sizes=[int(t) for t in teams],
         bar_tok_s=bar,
         pod_output_tok_s=num("agents_4_total_tok_s"),
         turn_seconds=turn,
         prefill_tok_s=prefill,
-        pod_eur_per_hour=num("pod_eur_per_hour"),
-        seat_eur_per_month=num("seat_eur_per_month"),
+        # the study's own figures keep their published keys (in EUR, the study's currency)
+        pod_price_per_hour=_price(prov, "pod_price_per_hour", num("pod_eur_per_hour"), "pod_eur_per_hour"),
+        seat_price_per_month=_price(prov, "seat_price_per_month", num("seat_eur_per_month"), "seat_eur_per_month"),
+        currency=PUBLISHED_CURRENCY,
         profile=profile,
         timing=timing,
         streams_at_bar_from_table=from_table,
         provenance=prov,
         joint=None if jointly is None else jointly.record(),
     )
+
+
+def _price(prov: dict[str, Any], name: str, value: float, published_key: str) -> float:
+    """Record a published price under its currency-neutral name (where it came from stays under the published key)."""
+    prov[name] = {**prov[published_key], "currency": PUBLISHED_CURRENCY}
+    return value
 
 
 # The published figures the joint inference reads: the seats by volume and their utilizations, the pod's output, and

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from offload_lab.core.redact import redact_url
 from offload_lab.load.client import run_sync
 from offload_lab.quality import benchmarks, endpoints, runner
 
@@ -74,9 +75,9 @@ def _continuation_messages() -> list[dict[str, str]]:
 async def _post(client: httpx.AsyncClient, spec: endpoints.EndpointSpec, path: str, body: dict[str, Any],
                 headers: dict[str, str], name: str, report: CanaryReport) -> dict[str, Any] | None:
     call = await runner.post_with_retries(client, spec, path, body, headers)
-    report.requests.append({"canary": name, "url": spec.base + path, "headers": endpoints.redact_headers(headers),
-                            "body": body, "http_status": call.http_status, "response": call.response,
-                            "error": call.error})
+    report.requests.append({"canary": name, "url": redact_url(spec.base + path),
+                            "headers": endpoints.redact_headers(headers), "body": body,
+                            "http_status": call.http_status, "response": call.response, "error": call.error})
     return call.response if call.status == "answered" else None
 
 

@@ -21,6 +21,7 @@ import copy
 import os
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -50,7 +51,8 @@ class EndpointSpec(BaseModel):
                             "prefix completion, thinking disabled), openai (plain chat: cannot continue)")
     model: str | None = Field(None, description="model name; for vllm the server's first model when not given")
     api_key_env: str | None = Field(None, description="environment variable holding the API key, never the key itself "
-                                                      f"(kind deepseek: {DEFAULT_API_KEY_ENV} when not given)")
+                                                      f"(kind deepseek: {DEFAULT_API_KEY_ENV} when not given); sent "
+                                                      "as a Bearer token, in place of a user:password in the URL")
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = Field(0, ge=0, description="sampling seed sent with every request (backends may ignore it)")
@@ -88,8 +90,17 @@ class EndpointSpec(BaseModel):
         return self.model_dump() | {"url": redact_url(self.url)}
 
     @property
+    def key_env(self) -> str | None:
+        """The variable the key is read from: --api-key-env, else the kind's default (deepseek), else None."""
+        return self.api_key_env or (DEFAULT_API_KEY_ENV if self.kind == "deepseek" else None)
+
+    @property
     def base(self) -> str:
-        return self.url.rstrip("/")
+        """Where requests go. With a key configured the key wins: the URL's ``user:password`` is left out, since an
+        HTTP client turns URL credentials into its own Basic ``Authorization`` header, which would replace the
+        key's Bearer header and the key would never reach the server."""
+        url = self.url.rstrip("/")
+        return _without_userinfo(url) if self.key_env else url
 
     def chat_path(self, continuation: bool) -> str:
         if self.kind == "deepseek":
@@ -101,7 +112,7 @@ class EndpointSpec(BaseModel):
         return "/models" if self.kind == "deepseek" else "/v1/models"
 
     def api_key(self) -> str | None:
-        name = self.api_key_env or (DEFAULT_API_KEY_ENV if self.kind == "deepseek" else None)
+        name = self.key_env
         if not name:
             return None
         key = os.environ.get(name)
@@ -114,6 +125,13 @@ class EndpointSpec(BaseModel):
     def headers(self) -> dict[str, str]:
         key = self.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def redact_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 import httpx
 
 from offload_lab.core import runs
-from offload_lab.core.redact import redact_text
+from offload_lab.core.redact import redact_text, redact_url
 from offload_lab.load import responses
 from offload_lab.load.client import run_sync
 from offload_lab.quality import benchmarks, endpoints
@@ -115,7 +115,7 @@ async def request_item(client: httpx.AsyncClient, spec: endpoints.EndpointSpec, 
         "replicate": replicate,
         "status": status,
         "started_at": started,
-        "request": {"url": spec.base + path, "headers": endpoints.redact_headers(headers), "body": body},
+        "request": {"url": redact_url(spec.base + path), "headers": endpoints.redact_headers(headers), "body": body},
         "http_status": call.http_status,
         "response": call.response,
         "error": call.error,

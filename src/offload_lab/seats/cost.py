@@ -9,7 +9,7 @@ cost more).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
@@ -21,51 +21,71 @@ from offload_lab.core.errors import InputError
 HOURS_PER_MONTH = 24 * 365 / 12  # 730: a pod billed around the clock, over an average month
 
 
+CURRENCY_PATTERN = r"^[A-Z]{3}$"  # an ISO 4217 code: EUR, USD, ...
+
+
+def check_currency(code: str) -> str:
+    """The three-letter code, upper-cased; InputError naming it otherwise."""
+    text = str(code).strip().upper()
+    if not (len(text) == 3 and text.isalpha() and text.isascii()):
+        raise InputError(f"{code!r} is not a three-letter currency code, e.g. EUR or USD")
+    return text
+
+
 @dataclass(frozen=True)
 class Prices:
-    pod_eur_per_hour: float
-    seat_eur_per_month: float
+    """A pod's price an hour and a seat's a month, both in ``currency`` (a price never travels without it)."""
+
+    pod_price_per_hour: float
+    seat_price_per_month: float
     hours_per_month: float = HOURS_PER_MONTH
+    currency: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
-        if not self.pod_eur_per_hour > 0:
-            raise InputError(f"the pod price must be positive EUR an hour; got {self.pod_eur_per_hour!r}")
-        if not self.seat_eur_per_month > 0:
-            raise InputError(f"the subscription must be positive EUR a seat a month; got {self.seat_eur_per_month!r}")
+        object.__setattr__(self, "currency", check_currency(self.currency))
+        if not self.pod_price_per_hour > 0:
+            raise InputError(f"the pod price must be positive {self.currency} an hour; got {self.pod_price_per_hour!r}")
+        if not self.seat_price_per_month > 0:
+            raise InputError(f"the subscription must be positive {self.currency} a seat a month; "
+                             f"got {self.seat_price_per_month!r}")
         if not (0 < self.hours_per_month <= 24 * 31):
             raise InputError(f"hours a month must be in (0, 744]; got {self.hours_per_month!r}")
 
     @property
-    def pod_eur_per_month(self) -> float:
-        return self.pod_eur_per_hour * self.hours_per_month
+    def pod_price_per_month(self) -> float:
+        return self.pod_price_per_hour * self.hours_per_month
 
     @property
     def break_even_seats(self) -> float:
         """Subscriptions a month that cost as much as one pod a month."""
-        return self.pod_eur_per_month / self.seat_eur_per_month
+        return self.pod_price_per_month / self.seat_price_per_month
 
 
 @dataclass(frozen=True)
 class TeamCost:
+    """A team's month both ways, in ``currency``: one row of the costed tables (column names carry no currency; the
+    ``currency`` column does, so that one campaign's frame reads like another's)."""
+
     team: int
     pods: int
-    eur_per_month_self_hosted: float
-    eur_per_month_subscriptions: float
+    self_hosted_per_month: float
+    subscriptions_per_month: float
+    currency: str
 
     @property
-    def difference_eur_per_month(self) -> float:
+    def difference_per_month(self) -> float:
         """Subscriptions minus self-hosting: what self-hosting saves a month (negative: what it costs extra)."""
-        return self.eur_per_month_subscriptions - self.eur_per_month_self_hosted
+        return self.subscriptions_per_month - self.self_hosted_per_month
 
     @property
     def saving_fraction(self) -> float:
-        if self.eur_per_month_subscriptions == 0:
+        if self.subscriptions_per_month == 0:
             return 0.0
-        return self.difference_eur_per_month / self.eur_per_month_subscriptions
+        return self.difference_per_month / self.subscriptions_per_month
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["difference_eur_per_month"] = self.difference_eur_per_month
+        d["difference_per_month"] = self.difference_per_month
         d["saving_fraction"] = self.saving_fraction
         return d
 
@@ -73,7 +93,7 @@ class TeamCost:
 def team_cost(team: int, pods: int, prices: Prices) -> TeamCost:
     if team < 0 or pods < 0:
         raise InputError("team size and pods must not be negative")
-    return TeamCost(team, pods, pods * prices.pod_eur_per_month, team * prices.seat_eur_per_month)
+    return TeamCost(team, pods, pods * prices.pod_price_per_month, team * prices.seat_price_per_month, prices.currency)
 
 
 def team_costs(teams: Sequence[int], streams_per_pod: int, demand: Demand, alpha: float,
@@ -95,7 +115,7 @@ def break_even_team(streams_per_pod: int, demand: Demand, alpha: float, prices: 
         ns = list(range(lo, min(lo + step, max_team + 1)))
         pods = capacity.pods_for_teams(ns, streams_per_pod, demand, alpha)
         for n, p in zip(ns, pods):
-            if p * prices.pod_eur_per_month <= n * prices.seat_eur_per_month:
+            if p * prices.pod_price_per_month <= n * prices.seat_price_per_month:
                 return n
         lo += step
     return None
@@ -108,8 +128,9 @@ class Scenario:
     q: float
     alpha: float
     streams_per_pod: int
-    pod_eur_per_hour: float
-    seat_eur_per_month: float
+    pod_price_per_hour: float
+    seat_price_per_month: float
+    currency: str
     rho: float = 0.0
     hours_per_month: float = HOURS_PER_MONTH
 
@@ -117,7 +138,11 @@ class Scenario:
         return Demand(self.q, self.rho)
 
     def prices(self) -> Prices:
-        return Prices(self.pod_eur_per_hour, self.seat_eur_per_month, self.hours_per_month)
+        return Prices(self.pod_price_per_hour, self.seat_price_per_month, self.hours_per_month, currency=self.currency)
+
+
+# The inputs a sensitivity analysis may vary (the currency is a label, not a number).
+VARIABLE = ("q", "alpha", "streams_per_pod", "pod_price_per_hour", "seat_price_per_month", "rho", "hours_per_month")
 
 
 def evaluate(s: Scenario, teams: Iterable[int]) -> dict[str, Any]:
@@ -125,7 +150,7 @@ def evaluate(s: Scenario, teams: Iterable[int]) -> dict[str, Any]:
     demand, prices = s.demand(), s.prices()
     row: dict[str, Any] = asdict(s)
     row["seats_per_pod"] = capacity.seats_for_streams(s.streams_per_pod, demand, s.alpha)
-    row["pod_eur_per_month"] = prices.pod_eur_per_month
+    row["pod_price_per_month"] = prices.pod_price_per_month
     row["break_even_seats"] = prices.break_even_seats
     for n in teams:
         c = team_cost(n, capacity.pods_for_team(n, s.streams_per_pod, demand, s.alpha), prices)
@@ -139,8 +164,8 @@ def sensitivity(base: Scenario, variations: dict[str, Sequence[float]], teams: I
     teams = list(teams)
     rows = []
     for name, values in variations.items():
-        if name not in Scenario.__dataclass_fields__:
-            raise InputError(f"sensitivity: {name!r} is not an input (one of {sorted(Scenario.__dataclass_fields__)})")
+        if name not in VARIABLE:
+            raise InputError(f"sensitivity: {name!r} is not an input (one of {sorted(VARIABLE)})")
         for v in values:
             cast = int(v) if name == "streams_per_pod" else float(v)
             s = Scenario(**{**asdict(base), name: cast})
@@ -170,12 +195,14 @@ def quote(q: float, streams_per_pod: int, alpha: float, team: int, prices: Price
         "pods_partitioned": capacity.pods_partitioned(team, seats) if seats >= 1 else None,
         "overflow_probability": capacity.overflow_probability(team, pods * streams_per_pod, demand),
         "hours_per_month": prices.hours_per_month,
-        "pod_eur_per_month": prices.pod_eur_per_month,
-        "seat_eur_per_month": prices.seat_eur_per_month,
+        "currency": prices.currency,
+        "pod_price_per_hour": prices.pod_price_per_hour,
+        "pod_price_per_month": prices.pod_price_per_month,
+        "seat_price_per_month": prices.seat_price_per_month,
         "break_even_seats": prices.break_even_seats,
         "break_even_team": break_even_team(streams_per_pod, demand, alpha, prices),
-        "team_eur_per_month_self_hosted": c.eur_per_month_self_hosted,
-        "team_eur_per_month_subscriptions": c.eur_per_month_subscriptions,
-        "difference_eur_per_month": c.difference_eur_per_month,
+        "team_self_hosted_per_month": c.self_hosted_per_month,
+        "team_subscriptions_per_month": c.subscriptions_per_month,
+        "difference_per_month": c.difference_per_month,
         "saving_fraction": c.saving_fraction,
     }

@@ -21,6 +21,7 @@ what it adds is the output tokens (for volume) and the new input tokens, which t
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -50,7 +51,8 @@ class Provenance(BaseModel):
 class TokenCounts(BaseModel):
     """A developer's tokens over the profile's period. Give the split, or a total and the re-read ratio."""
 
-    model_config = ConfigDict(extra="forbid")
+    # `.inf` is valid YAML and a valid float: refused here, naming the field, not printed as "inf hours generating".
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     total: float | None = Field(None, ge=0, description="all tokens the provider counted in the period")
     output: float | None = Field(None, ge=0, description="tokens the model generated")
@@ -100,7 +102,7 @@ class TokenCounts(BaseModel):
 class PublishedFigures(BaseModel):
     """Figures the source derived from the profile; kept to compare with what this project computes, never used."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     hours_generating: float | None = Field(None, ge=0)
     fraction_of_period: float | None = Field(None, ge=0, le=1)
@@ -121,7 +123,7 @@ class PublishedFigures(BaseModel):
 
 
 class UsageProfile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str
     description: str = ""
@@ -329,6 +331,12 @@ def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: fl
             "time them"
         )
     hours = _hours(split.output, split.new_input, stream_tok_s, prefill_tok_s)
+    if not math.isfinite(hours):  # finite counts and rates whose quotient overflows (1e308 tokens at 1e-10 tok/s)
+        raise InputError(
+            f"profile {profile.name}: timing {split.output:.4g} output and {split.new_input:.4g} new input tokens "
+            f"(tokens.output, tokens.new_input) at {stream_tok_s:.4g} and {prefill_tok_s or 0:.4g} tokens/s gives no "
+            "finite number of hours; check those counts and the rates"
+        )
     # The hours at the ends of the split's range (for an inferred split, the ends of the published interval).
     ends = [_hours(o, n, stream_tok_s, prefill_tok_s) for o, n in zip(split.output_range, split.new_input_range[::-1])]
     # An inferred split's hours interval holds at the rate it was inferred at; timed at another rate, its ends move.
@@ -337,8 +345,9 @@ def profile_timing(profile: UsageProfile, stream_tok_s: float, prefill_tok_s: fl
     window = profile.window_hours_in_period
     q = hours / window
     if q > 1:
+        shown = f"{hours:,.1f}" if hours < 1e9 else f"{hours:.3g}"
         raise InputError(
-            f"profile {profile.name}: {hours:,.1f} hours generating do not fit in its window of {window:g} hours "
+            f"profile {profile.name}: {shown} hours generating do not fit in its window of {window:g} hours "
             f"({profile.active_days:g} active days × {profile.window_hours:g} h); check its tokens and the rates"
         )
     return ProfileTiming(

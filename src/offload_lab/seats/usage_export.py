@@ -84,6 +84,10 @@ def _date(entry: dict[str, Any], fmt: ExportFormat, where: str) -> dt.date:
         raise ValueError(f"{where}: {key} {raw!r} is not a date (YYYY-MM-DD)") from e
 
 
+# Ten years: longer than any coding agent has kept usage; a period past it is a mistyped year (0001, 9999).
+MAX_PERIOD_DAYS = 3653
+
+
 def profile_from_ccusage(data: Any, where: str, window_hours: float, sessions: int | None = None,
                          name: str | None = None, sha256: str | None = None) -> UsageProfile:
     """The profile a ccusage daily or session report describes (see the module's docstring for the mapping)."""
@@ -102,6 +106,10 @@ def profile_from_ccusage(data: Any, where: str, window_hours: float, sessions: i
             at = f"entry {i}"
             counts = {k: _count(r, k, at) for k in TOKEN_FIELDS}
             day = _date(r, fmt, at)
+            if fmt == "ccusage-daily" and day in dates:
+                # ccusage gives one entry a day: a repeated date is two exports pasted together, counted twice.
+                raise ValueError(f"{at}: date {day} is listed twice (entry {dates.index(day)} too); a daily report "
+                                 "has one entry a day: export the period again")
             dates.append(day)
             if sum(counts.values()) > 0:
                 active.add(day)
@@ -112,6 +120,9 @@ def profile_from_ccusage(data: Any, where: str, window_hours: float, sessions: i
     if not active:
         raise InputError(f"{where} ({fmt}): no day holds any tokens; export a period in which the agent was used")
     period = (max(dates) - min(dates)).days + 1
+    if period > MAX_PERIOD_DAYS:
+        raise InputError(f"{where} ({fmt}): its dates run from {min(dates)} to {max(dates)}, {period:,} days; an "
+                         f"export covers at most {MAX_PERIOD_DAYS:,} (is a date mistyped?)")
     if fmt == "ccusage-session":
         n_sessions, sessions_how = len(rows), "counted (one entry a session)"
     elif sessions is not None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from offload_lab.core.runs import EVENTS
+from offload_lab.core.runs import EVENTS, MANIFEST
 from offload_lab.emulate.workload_time import PaceModel, reply_seconds
 
 
@@ -45,7 +45,7 @@ def compare(model: Any, run: Path) -> list[dict[str, Any]]:
             rows.append({"figure": f"agent turns, {s} stream(s): {what} tok/s", "published": pub,
                          "emulated": None if got is None else got[col], "published_source": a.provenance[:40],
                          "file": run / "regimes.csv", "as": "tok_s", "streams": 1,  # a rate per stream,
-                         "tokens": int(json.loads((run / "manifest.json").read_text())["parameters"]
+                         "tokens": int(json.loads((run / MANIFEST).read_text())["parameters"]
                                        .get("output_tokens") or 0) or None})  # over (reply - 1) TPOTs
     return rows
 

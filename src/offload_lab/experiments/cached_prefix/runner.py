@@ -24,9 +24,9 @@ def sweep_params(params: Params) -> sweep.SweepParams:
                              stop_rule=params.stop_rule)
 
 
-def run_experiment(run: runs.Run, base_url: str, params: Params) -> dict[str, Any]:
+def run_experiment(run: runs.Run, url: str, params: Params) -> dict[str, Any]:
     """Measure one level of ``users`` streams; write ``levels.csv`` and ``summary.json``; return the summary."""
-    sweep.run_sweep(run, base_url, sweep_params(params), progress=None)
+    sweep.run_sweep(run, url, sweep_params(params), progress=None)
     level = _first_level(run)
     summary = {
         "users": int(level["streams"]), "requests_ok": int(level["ok_in_window"]),

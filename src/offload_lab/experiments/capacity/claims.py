@@ -31,7 +31,7 @@ def fmt_pct_sig(digits: int) -> Callable[[Any], str]:
     return lambda v: sig(100 * float(v)) + "%"
 
 
-def fmt_eur(value: Any) -> str:
+def fmt_price(value: Any) -> str:
     return f"{float(value):,.2f}"
 
 
@@ -50,21 +50,25 @@ def _values(src: Sources) -> dict[str, Any]:
     return src.json("inputs.json")["values"]
 
 
-RULE, ALSO = "rule", "also"  # the seat rule's α and the second α reported: the campaign's, in that order
+RULE = "rule"  # the seat rule's α: the campaign's first
 
 
 def _alpha_of(frame: Any, which: Any) -> Any:
-    """The campaign's α: the runners write their rows α by α, the seat rule's first (a number passes through)."""
-    if which not in (RULE, ALSO):
-        return which
+    """The campaign's α: the runners write their rows α by α, the seat rule's first. A number names an α the study
+    reports (1%, 5%): a campaign without it makes the claim n/a (its own α are in ``seats.at_alphas``)."""
     alphas = list(dict.fromkeys(float(a) for a in frame["alpha"]))
-    return alphas[0] if which == RULE else alphas[min(1, len(alphas) - 1)]
+    if which == RULE:
+        return alphas[0]
+    if not any(abs(a - float(which)) < 1e-12 for a in alphas):
+        raise NotApplicable(f"this campaign reports no α = {float(which):g}")
+    return float(which)
 
 
 def _team_rows(frame: Any, team: int) -> Any:
     """The rows of a team the claim's name gives: a campaign that costs other teams makes the claim n/a (the text
     speaks of its own teams through claims_teams)."""
-    if "team" in frame and not (frame["team"] == team).any():
+    named = frame[frame["label"] == "published"] if "label" in frame else frame  # not the one-pod rows' sizes
+    if "team" in frame and not (named["team"] == team).any():
         raise NotApplicable(f"no team of {team} in this campaign")
     return frame
 
@@ -77,7 +81,6 @@ _INPUTS: tuple[tuple[str, str, Any, str, str], ...] = (
      "q used by the seat models: the chance a developer is generating at a moment of the window"),
     ("capacity.alpha", "alpha", fmt_pct(0), "probability",
      "The seat rule's α: accepted chance that more developers generate at once than there are streams"),
-    ("capacity.alpha_also", "alpha_also", fmt_pct(0), "probability", "The second α the study reports"),
     ("capacity.streams_per_pod", "streams_per_pod", fmt_int, "streams", "Streams a pod serves at the bar (published, or kept at the bar in this campaign's sweep)"),
     ("capacity.streams_at_bar_table", "streams_at_bar_from_table", fmt_int, "streams",
      "Streams at the bar with the margin, recomputed from the agent-turn table (published or measured)"),
@@ -193,10 +196,12 @@ def _seats_at(alpha: Any) -> Callable[[Sources], int]:
     return lambda src: int(_row(src.csv("seats.csv"), alpha=alpha, rho=0.0)["seats"])
 
 
+claim("seats.rule", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
+      description="The largest team one pod serves at the seat rule's α (binomial)")(_seats_at(RULE))
 claim("seats.alpha_1pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
-      description="The largest team one pod serves with α = 1% (binomial)")(_seats_at(RULE))
+      description="The largest team one pod serves with α = 1% (binomial; n/a without that α)")(_seats_at(0.01))
 claim("seats.alpha_5pct", experiment=CAP, files=["seats.csv"], fmt=fmt_int, unit="developers",
-      description="The largest team one pod serves with α = 5% (binomial)")(_seats_at(ALSO))
+      description="The largest team one pod serves with α = 5% (binomial; n/a without that α)")(_seats_at(0.05))
 
 
 def _team_value(column: str, team: int, alpha: Any) -> Callable[[Sources], Any]:
@@ -207,7 +212,7 @@ for _n in (20, 100, 250):
     claim(f"pods.team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
           description=f"Pods (streams pooled) for a team of {_n} with α = 1%")(_team_value("pods", _n, RULE))
     claim(f"pods.team_{_n}_alpha_5pct", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
-          description=f"Pods (streams pooled) for a team of {_n} with α = 5%")(_team_value("pods", _n, ALSO))
+          description=f"Pods (streams pooled) for a team of {_n} with α = 5%")(_team_value("pods", _n, 0.05))
     claim(f"pods.partitioned_team_{_n}", experiment=CAP, files=["teams.csv"], fmt=fmt_int, unit="pods",
           description=f"Pods for a team of {_n} with each developer pinned to one pod, α = 1%")(
         _team_value("pods_partitioned", _n, RULE))
@@ -357,14 +362,16 @@ def _cost(key: str) -> Callable[[Sources], Any]:
     return lambda src: src.json("cost.json")[key]
 
 
-claim("cost.pod_eur_per_hour", experiment=COST, files=["cost.json"], fmt=fmt_eur, unit="EUR/hour",
-      description="Pod price an hour (published, or a stack file's price)")(_cost("pod_eur_per_hour"))
+claim("cost.pod_price_per_hour", experiment=COST, files=["cost.json"], fmt=fmt_price, unit="currency/hour",
+      description="Pod price an hour, in cost.currency (published, or a stack file's price)")(
+    _cost("pod_price_per_hour"))
 claim("cost.hours_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="hours",
       description="Hours a pod is billed a month (stated: 24 × 365 / 12)")(_cost("hours_per_month"))
-claim("cost.pod_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
-      description="A pod's month, run day and night")(_cost("pod_eur_per_month"))
-claim("cost.seat_eur_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="EUR/month",
-      description="A subscription seat's month (published, or the campaign file's)")(_cost("seat_eur_per_month"))
+claim("cost.pod_price_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="currency/month",
+      description="A pod's month, run day and night, in cost.currency")(_cost("pod_price_per_month"))
+claim("cost.seat_price_per_month", experiment=COST, files=["cost.json"], fmt=fmt_int, unit="currency/month",
+      description="A subscription seat's month, in cost.currency (published, or the campaign file's)")(
+    _cost("seat_price_per_month"))
 claim("cost.break_even_seats", experiment=COST, files=["cost.json"], fmt=fmt_sig(3), unit="subscriptions",
       description="Subscriptions that cost as much a month as one pod")(_cost("break_even_seats"))
 
@@ -388,15 +395,15 @@ for _n in (20, 100, 250):
     claim(f"cost.saving_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(1), unit="fraction",
           description=f"Share of the subscription bill a team of {_n} saves by self-hosting (α = 1%)")(
         _costed("saving_fraction", _n))
-    claim(f"cost.self_hosted_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_int, unit="EUR/month",
-          description=f"Monthly cost of the pods for a team of {_n} (α = 1%)")(
-        _costed("eur_per_month_self_hosted", _n))
+    claim(f"cost.self_hosted_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_int,
+          unit="currency/month", description=f"Monthly cost of the pods for a team of {_n} (α = 1%)")(
+        _costed("self_hosted_per_month", _n))
     claim(f"cost.subscriptions_team_{_n}", experiment=COST, files=["costed_teams.csv"], fmt=fmt_int,
-          unit="EUR/month", description=f"Monthly cost of subscriptions for a team of {_n}")(
-        _costed("eur_per_month_subscriptions", _n))
+          unit="currency/month", description=f"Monthly cost of subscriptions for a team of {_n}")(
+        _costed("subscriptions_per_month", _n))
     claim(f"cost.saving_team_{_n}_alpha_5pct", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(1),
           unit="fraction", description=f"Share a team of {_n} saves by self-hosting with α = 5%")(
-        _costed("saving_fraction", _n, ALSO))
+        _costed("saving_fraction", _n, 0.05))
 
 
 @claim("cost.extra_team_20", experiment=COST, files=["costed_teams.csv"], fmt=fmt_pct(0), unit="fraction")
@@ -430,10 +437,10 @@ claim("sensitivity.saving_team_250_q_half", experiment=COST, files=["sensitivity
     _sens("q", 0.5, "saving_fraction_team_250"))
 claim("sensitivity.saving_team_250_pod_price_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
       unit="fraction", description="Saving of a team of 250 if the pod cost twice as much")(
-    _sens("pod_eur_per_hour", 2.0, "saving_fraction_team_250"))
+    _sens("pod_price_per_hour", 2.0, "saving_fraction_team_250"))
 claim("sensitivity.saving_team_100_pod_price_double", experiment=COST, files=["sensitivity.csv"], fmt=fmt_pct(1),
       unit="fraction", description="Saving of a team of 100 if the pod cost twice as much")(
-    _sens("pod_eur_per_hour", 2.0, "saving_fraction_team_100"))
+    _sens("pod_price_per_hour", 2.0, "saving_fraction_team_100"))
 
 
 def _strictest_alpha_row(src: Sources) -> Any:
@@ -469,7 +476,7 @@ def _sens_rho_saving(src: Sources) -> float:
 # The published figures these claims print (as inputs used, or as published beside the recomputed ones), for the
 # closing table of every published figure.
 for _fig, _claims in {
-    "pod_eur_per_hour": ["cost.pod_eur_per_hour"], "seat_eur_per_month": ["cost.seat_eur_per_month"],
+    "pod_eur_per_hour": ["cost.pod_price_per_hour"], "seat_eur_per_month": ["cost.seat_price_per_month"],
     "streams_per_pod": ["capacity.streams_per_pod"], "alpha": ["capacity.alpha"], "alpha_also": ["capacity.alpha_also"],
     "team_sizes": ["teams.small", "teams.medium", "teams.large"], "bar_tok_s_per_stream": ["capacity.bar_tok_s"],
     "week_hours_generating": ["profile.hours_generating_published", "profile.hours_generating"],

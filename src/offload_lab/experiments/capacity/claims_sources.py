@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from offload_lab.paper.claims import NA, ClaimDef, NotApplicable, Sources
+from offload_lab.paper.claims import ClaimDef, NotApplicable, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_pct
 
@@ -90,7 +90,7 @@ claim("capacity.profile_source", experiment=CAP, files=["inputs.json"], fmt="{}"
 
 
 def _price_words(src: Sources) -> str:
-    p = _prov(src, "pod_eur_per_hour")
+    p = _prov(src, "pod_price_per_hour")
     if "price" not in p:
         raise NotApplicable(f"no pod price: {p.get('missing')}")
     borrowed = " (borrowed: this campaign's stack has no price of its own)" if "no price of its own" in p.get(
@@ -107,7 +107,7 @@ claim("cost.price_from", experiment=COST, files=["inputs.json"], fmt="{}", unit=
 @claim("capacity.seat_price_source", experiment=CAP, files=["inputs.json"], fmt="{}", unit="")
 def _seat_source(src: Sources) -> str:
     """Where the campaign file says the subscription price comes from."""
-    return str(_measured(src)["seat_eur_per_month"]["source"])
+    return str(_measured(src)["seat_price_per_month"]["source"])
 
 
 # -- the published figures beside the measured ones ------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The text names no team by its size: it prints every team the campaign costs in a table (``pods.teams_table``,
 ``cost.teams_table``) and speaks of the largest by role (``*.team_largest``), at the campaign's own α (the seat rule's
-and the second it reports) and in its currency (``cost.currency``). Any number of team sizes works.
+first; every α in the tables and in ``seats.at_alphas``) and in its currency (``cost.currency``). Any number of team
+sizes and of α works.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 from typing import Any, Callable
 
 from offload_lab.core.runs import MANIFEST
-from offload_lab.paper.claims import ClaimDef, Sources
+from offload_lab.paper.claims import ClaimDef, NotApplicable, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_pct, table_value
 
@@ -19,7 +20,6 @@ CAP = "capacity"
 COST = "cost"
 SECTION: dict[str, ClaimDef] = {}
 claim = functools.partial(_claim, registry=SECTION)
-DEFAULT_CURRENCY = "EUR"  # runs written before cost.json recorded its currency were priced in the study's euros
 
 
 def _values(src: Sources) -> dict[str, Any]:
@@ -34,9 +34,24 @@ def _largest(src: Sources) -> int:
     return _teams(src)[-1]
 
 
+def _alphas(src: Sources) -> list[float]:
+    """The campaign's α, the seat rule's first."""
+    return [float(a) for a in _values(src)["alphas"]]
+
+
 def _alpha(src: Sources, also: bool = False) -> float:
-    v = _values(src)
-    return float(v["alpha_also"] if also else v["alpha"])
+    alphas = _alphas(src)
+    if also and len(alphas) < 2:
+        raise NotApplicable("the campaign reports one α only")
+    return alphas[1 if also else 0]
+
+
+def _pct(a: float) -> str:
+    return f"{100 * a:g}%"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def pick_row(frame: Any, **where: Any) -> Any:
@@ -51,6 +66,27 @@ def pick_row(frame: Any, **where: Any) -> Any:
 
 def _money(v: Any) -> str:
     return f"{float(v):,.0f}"
+
+
+# -- the α values ----------------------------------------------------------------------------------------------------
+
+@claim("capacity.alphas", experiment=CAP, files=["inputs.json"], fmt="{}", unit="")
+def _alphas_words(src: Sources) -> str:
+    """Every α the campaign reports, the seat rule's first: '1%, 5% and 10%'."""
+    return _and([_pct(a) for a in _alphas(src)])
+
+
+claim("capacity.alpha_also", experiment=CAP, files=["inputs.json"], fmt=fmt_pct(0), unit="probability",
+      description="The second α the campaign reports (n/a with one α)")(lambda src: _alpha(src, True))
+
+
+@claim("seats.at_alphas", experiment=CAP, files=["seats.csv", "inputs.json"], fmt="{}", unit="")
+def _seats_at_alphas(src: Sources) -> str:
+    """The largest team one pod serves at every α of the campaign (binomial): '19 developers at α = 1% and 28 at
+    α = 5%'."""
+    f = src.csv("seats.csv")
+    parts = [f"{fmt_int(pick_row(f, alpha=a, rho=0.0)['seats'])} at α = {_pct(a)}" for a in _alphas(src)]
+    return _and([parts[0].replace(" at ", " developers at ", 1)] + parts[1:])
 
 
 # -- the teams, by role ----------------------------------------------------------------------------------------------
@@ -87,16 +123,17 @@ for _name, _col, _also, _fmt, _unit, _what in (
 
 @claim("pods.teams_table", experiment=CAP, files=["teams.csv", "inputs.json"], kind="table")
 def _pods_table(src: Sources) -> dict[str, Any]:
-    """Every team size the campaign costs: streams and pods at both α, pods with developers pinned, overflow."""
+    """Every team size the campaign costs: streams and pods at every α, pods with developers pinned, overflow (the
+    last two at the seat rule's α)."""
     f = src.csv("teams.csv")
-    a, b = _alpha(src), _alpha(src, True)
+    alphas = _alphas(src)
     rows = []
     for n in _teams(src):
-        r, r2 = pick_row(f, alpha=a, team=n, label="published"), pick_row(f, alpha=b, team=n, label="published")
-        rows.append([f"{n:,}", fmt_int(r["streams_needed"]), fmt_int(r["pods"]), fmt_int(r2["pods"]),
-                     fmt_int(r["pods_partitioned"]), f"{100 * float(r['overflow_probability']):.2g}%"])
-    return table_value(["Team", f"Streams (α = {a:g})", f"Pods (α = {a:g})", f"Pods (α = {b:g})", "Pods, pinned",
-                        "Overflow"], rows)
+        r = [pick_row(f, alpha=a, team=n, label="published") for a in alphas]
+        rows.append([f"{n:,}", fmt_int(r[0]["streams_needed"]), *(fmt_int(x["pods"]) for x in r),
+                     fmt_int(r[0]["pods_partitioned"]), f"{100 * float(r[0]['overflow_probability']):.2g}%"])
+    return table_value(["Team", f"Streams (α = {_pct(alphas[0])})", *(f"Pods (α = {_pct(a)})" for a in alphas),
+                        "Pods, pinned", "Overflow"], rows)
 
 
 @claim("correlation.pods_team_largest_rho_example", experiment=CAP,
@@ -113,7 +150,7 @@ def _pods_rho(src: Sources) -> int:
 @claim("cost.currency", experiment=COST, files=["cost.json"], fmt="{}", unit="")
 def _currency(src: Sources) -> str:
     """The currency every price of the cost section is in (the campaign's)."""
-    return str(src.json("cost.json").get("currency") or DEFAULT_CURRENCY)
+    return str(src.json("cost.json")["currency"])
 
 
 def _costed(column: str, also: bool = False) -> Callable[[Sources], Any]:
@@ -122,9 +159,9 @@ def _costed(column: str, also: bool = False) -> Callable[[Sources], Any]:
 
 
 for _name, _col, _also, _fmt, _unit, _what in (
-        ("cost.self_hosted_team_largest", "eur_per_month_self_hosted", False, _money, "currency/month",
+        ("cost.self_hosted_team_largest", "self_hosted_per_month", False, _money, "currency/month",
          "Monthly cost of the largest team's pods"),
-        ("cost.subscriptions_team_largest", "eur_per_month_subscriptions", False, _money, "currency/month",
+        ("cost.subscriptions_team_largest", "subscriptions_per_month", False, _money, "currency/month",
          "Monthly cost of the largest team's subscriptions"),
         ("cost.saving_team_largest", "saving_fraction", False, fmt_pct(1), "fraction",
          "Share of the subscription bill the largest team saves by self-hosting"),
@@ -136,16 +173,17 @@ for _name, _col, _also, _fmt, _unit, _what in (
 
 @claim("cost.teams_table", experiment=COST, files=["costed_teams.csv", "inputs.json", "cost.json"], kind="table")
 def _cost_table(src: Sources) -> dict[str, Any]:
-    """Every team size the campaign costs: pods, the pods' month and the subscriptions' month, in its currency."""
+    """Every team size the campaign costs, in its currency: the pods' month at the seat rule's α, the subscriptions'
+    month, and the saving at every α."""
     f = src.csv("costed_teams.csv")
-    a, cur = _alpha(src), _currency(src)
+    alphas, cur = _alphas(src), _currency(src)
     rows = []
     for n in _teams(src):
-        r = pick_row(f, alpha=a, team=n, label="published")
-        rows.append([f"{n:,}", fmt_int(r["pods"]), _money(r["eur_per_month_self_hosted"]),
-                     _money(r["eur_per_month_subscriptions"]), fmt_pct(1)(r["saving_fraction"])])
-    return table_value(["Team", f"Pods (α = {a:g})", f"Pods, {cur} a month", f"Subscriptions, {cur} a month",
-                        "Saving"], rows)
+        r = [pick_row(f, alpha=a, team=n, label="published") for a in alphas]
+        rows.append([f"{n:,}", fmt_int(r[0]["pods"]), _money(r[0]["self_hosted_per_month"]),
+                     _money(r[0]["subscriptions_per_month"]), *(fmt_pct(1)(x["saving_fraction"]) for x in r)])
+    return table_value(["Team", f"Pods (α = {_pct(alphas[0])})", f"Pods, {cur} a month", f"Subscriptions, {cur} a month",
+                        *(f"Saving (α = {_pct(a)})" for a in alphas)], rows)
 
 
 def _sens(varied: str, factor: float | None, rho_example: bool = False) -> Callable[[Sources], Any]:
@@ -166,7 +204,7 @@ def _sens(varied: str, factor: float | None, rho_example: bool = False) -> Calla
 for _name, _varied, _factor, _rho, _what in (
         ("sensitivity.saving_team_largest_q_double", "q", 2.0, False, "if q were twice the value used"),
         ("sensitivity.saving_team_largest_q_half", "q", 0.5, False, "if q were half the value used"),
-        ("sensitivity.saving_team_largest_pod_price_double", "pod_eur_per_hour", 2.0, False,
+        ("sensitivity.saving_team_largest_pod_price_double", "pod_price_per_hour", 2.0, False,
          "if the pod cost twice as much"),
         ("sensitivity.saving_team_largest_rho_example", "rho", None, True, "at the example intra-team correlation")):
     claim(_name, experiment=COST, files=["sensitivity.csv", "inputs.json", MANIFEST], fmt=fmt_pct(1),

@@ -18,7 +18,12 @@ from offload_lab.paper.figures import figure as _figure
 
 SECTION: dict[str, FigureDef] = {}
 figure = functools.partial(_figure, registry=SECTION)
-_ALPHA_COLORS = {0.01: "#1f5f9e", 0.05: "#b0461b"}
+# One colour per α, in the campaign's order (the seat rule's first), for any number of them.
+_PALETTE = ("#1f5f9e", "#b0461b", "#3c8d2f", "#7b4fa0", "#8c6d1f", "#555555")
+
+
+def _colors(alphas: Any) -> dict[float, str]:
+    return {a: _PALETTE[min(i, len(_PALETTE) - 1)] for i, a in enumerate(dict.fromkeys(float(x) for x in alphas))}
 
 
 def _pct(alpha: float) -> str:
@@ -28,14 +33,15 @@ def _pct(alpha: float) -> str:
 @figure("seats_team_size", experiment="capacity", files=["pods_curve.csv", "volume.csv"], size_in=(6.0, 3.0))
 def seats_team_size(src: Sources, ax: Any) -> None:
     """Developers per pod against team size, pods filled: the largest team P pods serve, over P, at that team size;
-    by concurrency (α = 1% and 5%, independent and correlated developers) and by volume."""
+    by concurrency (at each α of the campaign, independent and correlated developers) and by volume."""
     curve = src.csv("pods_curve.csv")
     volume = src.csv("volume.csv")
+    colors = _colors(curve["alpha"])
     for (alpha, rho), part in curve.groupby(["alpha", "rho"]):
         part = part.sort_values("pods")
         label = f"α = {_pct(alpha)}" + (", independent" if rho == 0 else f", ρ = {rho:g}")
         ax.plot(part["max_team"], part["max_team"] / part["pods"], "-" if rho == 0 else ":", linewidth=1.4,
-                color=_ALPHA_COLORS.get(round(alpha, 6), "#555555"), label=label)
+                color=colors[float(alpha)], label=label)
     left = float(curve["max_team"].min())
     for _, row in volume.iterrows():
         ax.axhline(row["seats_by_volume"], color="#2b7a3d", linestyle="--", linewidth=1.0)
@@ -53,10 +59,11 @@ def seats_team_size(src: Sources, ax: Any) -> None:
 def seats_correlation(src: Sources, ax: Any) -> None:
     """The largest team one pod serves against the intra-team correlation ρ (beta-binomial), for each α."""
     corr = src.csv("correlation.csv")
+    colors = _colors(corr["alpha"])
     for alpha, part in corr.groupby("alpha"):
         part = part.sort_values("rho")
         ax.plot(part["rho"], part["seats_per_pod"], marker="o", markersize=3.5, linewidth=1.4,
-                color=_ALPHA_COLORS.get(round(alpha, 6), "#555555"), label=f"α = {_pct(alpha)}")
+                color=colors[float(alpha)], label=f"α = {_pct(alpha)}")
     ax.set_xlabel("intra-team correlation ρ")
     ax.set_ylabel("developers one pod serves")
     ax.set_ylim(bottom=0)
@@ -65,16 +72,18 @@ def seats_correlation(src: Sources, ax: Any) -> None:
 
 @figure("cost_team_size", experiment="cost", files=["teams.csv"])
 def cost_team_size(src: Sources, ax: Any) -> None:
-    """Monthly cost against team size: subscriptions, and pods sized by the seat rule (α = 1% and 5%)."""
+    """Monthly cost against team size, in the campaign's currency: subscriptions, and pods sized by the seat rule at
+    each of the campaign's α."""
     t = src.csv("teams.csv")
     first = t[t["alpha"] == t["alpha"].iloc[0]]
-    ax.plot(first["team"], first["eur_per_month_subscriptions"] / 1000, color="#333333", linewidth=1.4,
+    colors = _colors(t["alpha"])
+    ax.plot(first["team"], first["subscriptions_per_month"] / 1000, color="#333333", linewidth=1.4,
             label="subscriptions")
-    for alpha, part in t.groupby("alpha"):
-        ax.plot(part["team"], part["eur_per_month_self_hosted"] / 1000, drawstyle="steps-post", linewidth=1.3,
-                color=_ALPHA_COLORS.get(round(alpha, 6), "#555555"), label=f"self-hosted, α = {_pct(alpha)}")
+    for alpha, part in t.groupby("alpha", sort=False):
+        ax.plot(part["team"], part["self_hosted_per_month"] / 1000, drawstyle="steps-post", linewidth=1.3,
+                color=colors[float(alpha)], label=f"self-hosted, α = {_pct(alpha)}")
     ax.set_xlabel("developers in the team")
-    ax.set_ylabel("thousand EUR a month")
+    ax.set_ylabel(f"thousand {t['currency'].iloc[0]} a month")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(frameon=False, loc="upper left")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from offload_lab.core.runs import MANIFEST
 from offload_lab.experiments.context.tables import SUMMARY, context_summary
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
@@ -51,7 +52,7 @@ def _cold_at(summary: pd.DataFrame, tokens: int) -> Any:
     return summary.loc[idx]
 
 
-PREFILL_FILES = [SUMMARY, "concurrency:regimes.csv", "concurrency:manifest.json"]
+PREFILL_FILES = [SUMMARY, "concurrency:regimes.csv", f"concurrency:{MANIFEST}"]
 
 
 def _prefill_pair(src: Sources) -> tuple[Any, Any]:

@@ -6,6 +6,7 @@ import functools
 
 from typing import Any
 
+from offload_lab.core.runs import MANIFEST
 from offload_lab.paper.claims import Sources
 from offload_lab.paper.figures import FigureDef
 from offload_lab.paper.figures import figure as _figure
@@ -52,7 +53,7 @@ def context_ttft(src: Sources, ax: Any) -> None:
 
 
 @figure("prefill_cold_cached", experiment="context",
-        files=[SUMMARY, "concurrency:regimes.csv", "concurrency:manifest.json"], size_in=(6.0, 2.9))
+        files=[SUMMARY, "concurrency:regimes.csv", f"concurrency:{MANIFEST}"], size_in=(6.0, 2.9))
 def prefill_cold_cached(src: Sources, ax: Any) -> None:
     """Time to first token against prompt length: fresh prompts (the context experiment, one request at a time) and
     prompts whose prefix the server had cached (the concurrency regimes, one stream)."""

@@ -24,11 +24,11 @@ from offload_lab.experiments.context.params import Params as ContextParams
 from offload_lab.experiments.context.tables import EVENTS, EXPERIMENT, SUMMARY  # noqa: F401  (notebooks use EXPERIMENT)
 
 
-def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: str | None = None) -> pd.DataFrame:
+def run_experiment(run: runs.Run, url: str, params: ContextParams, model: str | None = None) -> pd.DataFrame:
     """Measure every (repeat, length) pair into ``events.jsonl``, then write ``summary.csv``; return the summary."""
-    model = model or load.first_model(base_url)
+    model = model or load.first_model(url)
     with httpx.Client(timeout=60.0) as http:
-        tok = prompts.Tokenizer(base_url, model, http)
+        tok = prompts.Tokenizer(url, model, http)
         limit = tok.max_model_len()
         too_long = [n for n in params.context_lengths if limit and n + params.output_tokens > limit]
         if too_long:
@@ -39,12 +39,12 @@ def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: s
         run.update(server_model=model, max_model_len=limit)
         with run.events(EVENTS) as log:
             if params.warmup:
-                _measure(log, tok, base_url, model, params.context_lengths[0], params.output_tokens,
+                _measure(log, tok, url, model, params.context_lengths[0], params.output_tokens,
                          salt=f"{run.run_id}/warmup", kind="warmup", repeat=-1)
             sent = progress.counting("context requests", params.repeats * len(params.context_lengths), "requests")
             for repeat in range(params.repeats):
                 for n in params.context_lengths:
-                    _measure(log, tok, base_url, model, n, params.output_tokens,
+                    _measure(log, tok, url, model, n, params.output_tokens,
                              salt=f"{run.run_id}/{repeat}/{n}", kind="request", repeat=repeat)
                     sent.add()
     summary = summarize(runs.read_events(run.file(EVENTS)))
@@ -55,11 +55,11 @@ def run_experiment(run: runs.Run, base_url: str, params: ContextParams, model: s
     return summary
 
 
-def _measure(log: runs.EventLog, tok: prompts.Tokenizer, base_url: str, model: str, n_tokens: int,
+def _measure(log: runs.EventLog, tok: prompts.Tokenizer, url: str, model: str, n_tokens: int,
              output_tokens: int, salt: str, kind: str, repeat: int) -> load.RequestRecord:
     prompt = prompts.exact_prompt(tok, n_tokens, salt)
     payload = load.completion_payload(model, prompt, output_tokens)
-    rec = load.run_one(base_url, "/v1/completions", payload, expected_tokens=output_tokens)
+    rec = load.run_one(url, "/v1/completions", payload, expected_tokens=output_tokens)
     mismatch = rec.prompt_tokens is not None and rec.prompt_tokens != n_tokens
     log.append(rec.event(kind=kind, context_tokens=n_tokens, repeat=repeat, prompt_length_mismatch=mismatch))
     return rec

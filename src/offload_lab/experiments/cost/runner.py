@@ -31,8 +31,8 @@ EXPERIMENT = "cost"
 
 def base_scenario(inp: StudyInputs, hours_per_month: float) -> cost.Scenario:
     return cost.Scenario(q=inp.q, alpha=inp.alpha, streams_per_pod=inp.streams_per_pod,
-                         pod_eur_per_hour=inp.price_or_fail(), seat_eur_per_month=inp.seat_eur_per_month,
-                         hours_per_month=hours_per_month)
+                         pod_price_per_hour=inp.price_or_fail(), seat_price_per_month=inp.seat_price_per_month,
+                         currency=inp.currency, hours_per_month=hours_per_month)
 
 
 def costed_teams(inp: StudyInputs, prices: cost.Prices) -> pd.DataFrame:
@@ -59,13 +59,13 @@ def sensitivity_table(inp: StudyInputs, p: CostParams) -> pd.DataFrame:
     base = base_scenario(inp, p.hours_per_month or cost.HOURS_PER_MONTH)
     variations = {
         "q": [inp.q * f for f in p.q_factors],
-        "pod_eur_per_hour": [inp.price_or_fail() * f for f in p.pod_price_factors],
-        "seat_eur_per_month": [inp.seat_eur_per_month * f for f in p.seat_price_factors],
+        "pod_price_per_hour": [inp.price_or_fail() * f for f in p.pod_price_factors],
+        "seat_price_per_month": [inp.seat_price_per_month * f for f in p.seat_price_factors],
         "alpha": sorted(set(p.alphas) | set(inp.alphas)),
         "rho": sorted(set(p.rhos) | {p.rho_example}),
     }
     table = cost.sensitivity(base, variations, inp.team_sizes)
-    factors = {"q": inp.q, "pod_eur_per_hour": inp.price_or_fail(), "seat_eur_per_month": inp.seat_eur_per_month}
+    factors = {"q": inp.q, "pod_price_per_hour": inp.price_or_fail(), "seat_price_per_month": inp.seat_price_per_month}
     table.insert(2, "factor", [v / factors[k] if k in factors else float("nan")
                                for k, v in zip(table["varied"], table["value"])])
     return table
@@ -75,21 +75,22 @@ def run_experiment(run: runs.Run, data_root: Path | str, campaign: str, params: 
     inp, where = gather_for(params, data_root, campaign)
     run.update(**where)
     run.write_json("inputs.json", inp.record())
-    prices = cost.Prices(inp.price_or_fail(), inp.seat_eur_per_month, params.hours_per_month or cost.HOURS_PER_MONTH)
+    prices = cost.Prices(inp.price_or_fail(), inp.seat_price_per_month, params.hours_per_month or cost.HOURS_PER_MONTH,
+                         currency=inp.currency)
     summary: dict[str, Any] = {
         "hours_per_month": prices.hours_per_month,
         "hours_per_month_rule": "set by the campaign" if params.hours_per_month
         else "24 hours × 365 days / 12 months (a pod run day and night)",
-        "pod_eur_per_hour": prices.pod_eur_per_hour,
-        "pod_eur_per_month": prices.pod_eur_per_month,
-        "seat_eur_per_month": prices.seat_eur_per_month,
+        "pod_price_per_hour": prices.pod_price_per_hour,
+        "pod_price_per_month": prices.pod_price_per_month,
+        "seat_price_per_month": prices.seat_price_per_month,
         "break_even_seats": prices.break_even_seats,
         "break_even_team": {str(a): cost.break_even_team(inp.streams_per_pod, Demand(inp.q), a, prices)
                             for a in inp.alphas},
         "alpha": inp.alpha,
         "alphas": inp.alphas,
         # every price above is in the seat price's currency (a pod price in another one is refused upstream)
-        "currency": params.seat_currency,
+        "currency": prices.currency,
     }
     run.write_json("cost.json", summary)
     run.write_table("costed_teams.csv", costed_teams(inp, prices))

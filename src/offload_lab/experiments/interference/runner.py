@@ -39,9 +39,9 @@ EXPERIMENT = "interference"
 SUMMARY = "summary.csv"
 
 
-def run_experiment(run: runs.Run, base_url: str | Endpoint, params: InterferenceParams,
+def run_experiment(run: runs.Run, url: str | Endpoint, params: InterferenceParams,
                    model: str | None = None) -> pd.DataFrame:
-    endpoint = Endpoint.of(base_url)
+    endpoint = Endpoint.of(url)
     model = model or endpoint.first_model()
     with endpoint.sync_client() as http:
         tok = prompts.Tokenizer(endpoint.base_url, model, http)

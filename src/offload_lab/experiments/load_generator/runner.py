@@ -42,9 +42,9 @@ def newest_run(bench_dir: Path, streams: int) -> Path:
     return found[-1]
 
 
-def run_experiment(run: runs.Run, base_url: str | None, params: Params) -> dict[str, Any]:
+def run_experiment(run: runs.Run, url: str | None, params: Params) -> dict[str, Any]:
     """Copy each level's comparison and windows; ``sources.json`` names each source and its sha256."""
-    del base_url  # needs no server
+    del url  # needs no server
     root = paths.find_root()
     bench_dir = root / params.bench_dir
     sources = []

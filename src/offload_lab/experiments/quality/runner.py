@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offload_lab.core import runs
 from offload_lab.core.bounds import MAX_SECONDS, Tokens
@@ -69,14 +69,16 @@ class QualityParams(BaseModel):
         None, description="dataset directory overriding the shipped GSM8K/IFEval files; default $OFFLOAD_LAB_DATASETS")
     allow_download: bool = Field(False, description="download a data file the package does not ship")
     resamples: int = Field(paired.DEFAULT_RESAMPLES, ge=100, description="bootstrap resamples")
-    seed: int = Field(0, ge=0, description="bootstrap seed")
+    # bootstrap_seed, not seed: a quality side's endpoint has a sampling seed (EndpointSpec.seed); the old name loads
+    bootstrap_seed: int = Field(0, ge=0, validation_alias=AliasChoices("bootstrap_seed", "seed"),
+                                description="bootstrap seed")
     exec_timeout_s: float = Field(humaneval.DEFAULT_TIMEOUT_S, gt=0, le=MAX_SECONDS, allow_inf_nan=False,
                                   description="seconds a HumanEval program may run (a timeout is retried once with "
                                               "twice)")
     on_canary_failure: Literal["stop", "continue"] = Field(
         "stop", description="stop: skip the items of an invalid side; continue: send them, keep them unscored")
     side: Literal["both", "reference", "local"] = Field(
-        "both", description="reference or local: answer only that side, on the campaign's server (base_url), into "
+        "both", description="reference or local: answer only that side, on the campaign's server (url), into "
                             "this run; both: the two sides and their comparison")
     compare_runs: dict[str, str] | None = Field(
         None, description="{reference: EXPERIMENT, local: EXPERIMENT}: no server; compare the latest ok side runs "
@@ -284,24 +286,24 @@ def write_comparison(run_path: Path, reference: Path, local: Path, resamples: in
     return table
 
 
-def local_spec(base_url: str, params: QualityParams) -> endpoints.EndpointSpec:
-    return endpoints.EndpointSpec(**({"label": "local", "kind": "vllm"} | params.local | {"url": base_url}))
+def local_spec(url: str, params: QualityParams) -> endpoints.EndpointSpec:
+    return endpoints.EndpointSpec(**({"label": "local", "kind": "vllm"} | params.local | {"url": url}))
 
 
-def reference_spec(base_url: str, params: QualityParams) -> tuple[endpoints.EndpointSpec, bool]:
+def reference_spec(url: str, params: QualityParams) -> tuple[endpoints.EndpointSpec, bool]:
     """The reference side, and whether it is just the local server again (a hand run with no reference)."""
     if params.reference:
         if "url" not in params.reference:
             raise InputError("the reference endpoint needs a url (e.g. https://api.deepseek.com)")
         return endpoints.EndpointSpec(**({"label": "reference", "kind": "deepseek"} | params.reference)), False
-    return local_spec(base_url, params).model_copy(update={"label": "reference"}), True
+    return local_spec(url, params).model_copy(update={"label": "reference"}), True
 
 
-def side_spec(base_url: str, params: QualityParams) -> endpoints.EndpointSpec:
+def side_spec(url: str, params: QualityParams) -> endpoints.EndpointSpec:
     """The one side a ``side:`` run answers, on the campaign's current server: that role's endpoint fields, the
     campaign's URL unless they name one."""
     fields = params.local if params.side == "local" else (params.reference or {})
-    return endpoints.EndpointSpec(**({"kind": "vllm", "url": base_url} | fields | {"label": params.side}))
+    return endpoints.EndpointSpec(**({"kind": "vllm", "url": url} | fields | {"label": params.side}))
 
 
 class _Record:
@@ -318,18 +320,18 @@ class _Record:
         self.run.update(quality=dict(self.meta))
 
 
-def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
+def run_experiment(run: runs.Run, url: str | None, params: QualityParams,
                    log: Callable[[str], None] = print) -> pd.DataFrame:
     """The run's part of the experiment (``params.side`` / ``params.compare_runs``); raises ProducerError (the run
     kept) when a side is invalid. Returns the comparison table, or a side's score summary."""
     if params.compare_runs is not None:
         return compare_side_runs(run, params, log)
-    if not base_url:
-        raise InputError("the quality experiment needs base_url (the server to ask), unless compare_runs names "
+    if not url:
+        raise InputError("the quality experiment needs url (the server to ask), unless compare_runs names "
                          "two side runs to compare")
     server = (run.manifest.get("server") or {}) | {"stack": run.manifest.get("stack")}
     if params.side != "both":
-        spec = side_spec(base_url, params)
+        spec = side_spec(url, params)
         record = _Record(run, side=params.side, endpoint=spec.record(), server=_server_words(server),
                          data=data_record(params))
         result = run_side(run.path, spec, params, log, server=server)
@@ -339,8 +341,8 @@ def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
                                 "invalid and not scored")
         record(valid=True)
         return result.summary if result.summary is not None else pd.DataFrame()
-    ref, same = reference_spec(base_url, params)
-    loc = local_spec(base_url, params)
+    ref, same = reference_spec(url, params)
+    loc = local_spec(url, params)
     record = _Record(run, reference=ref.record(), local=loc.record(), reference_is_local=same,
                      data=data_record(params))
     results = {role: run_side(run.path, spec, params, log, server=server)
@@ -352,7 +354,7 @@ def run_experiment(run: runs.Run, base_url: str | None, params: QualityParams,
                             "not scored")
     note = ("the reference is the local server again: an A/A check of the pipeline, not a comparison") if same else None
     table = write_comparison(run.path, results["reference"].path, results["local"].path, params.resamples,
-                             params.seed, note)
+                             params.bootstrap_seed, note)
     record(valid=True)
     return table
 
@@ -388,7 +390,7 @@ def compare_side_runs(run: runs.Run, params: QualityParams, log: Callable[[str],
     note = None if len(sessions) == 1 else "the two sides were measured in different campaign sessions"
     for role in ROLES:
         log(f"side {role}: {params.compare_runs[role]} run {sources[role].name}")
-    table = write_comparison(run.path, dirs["reference"], dirs["local"], params.resamples, params.seed, note)
+    table = write_comparison(run.path, dirs["reference"], dirs["local"], params.resamples, params.bootstrap_seed, note)
     record(valid=True)
     return table
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from offload_lab.core.runs import MANIFEST
 from offload_lab.paper.claims import ClaimDef, Sources
 from offload_lab.paper.claims import claim as _claim
 from offload_lab.paper.formats import fmt_int, fmt_pct, fmt_sig, table_value
@@ -123,13 +124,13 @@ def _free(src: Sources) -> int:
     return int(sum(1 for v in src.json(FACTORS)["factor_sources"].values() if str(v).startswith("fitted")))
 
 
-@claim("ref_hardware.within_factor", experiment=EXP, files=["manifest.json"], fmt=fmt_sig(2), unit="ratio")
+@claim("ref_hardware.within_factor", experiment=EXP, files=[MANIFEST], fmt=fmt_sig(2), unit="ratio")
 def _within_factor(src: Sources) -> float:
     """The factor a prediction is held to (the experiment's parameter)."""
     return float(src.parameters["within_factor"])
 
 
-@claim("ref_hardware.within_factor_count", experiment=EXP, files=[FIGURES, "manifest.json"], fmt=fmt_int, unit="figures")
+@claim("ref_hardware.within_factor_count", experiment=EXP, files=[FIGURES, MANIFEST], fmt=fmt_int, unit="figures")
 def _within_count(src: Sources) -> int:
     """Predicted figures within that factor of the published value."""
     k = float(src.parameters["within_factor"])
