@@ -61,6 +61,17 @@ def test_bench_builds_its_models_from_the_flags() -> None:
     assert endpoint.read_timeout_s == 7 and endpoint.base_url == "http://h:1"
 
 
+@pytest.mark.parametrize("words", [["compare", "--url", "http://h:1"], ["compare-vllm", "--url", "http://h:1"],
+                                   ["bench-data"], ["clock-check"], ["scrape-cost", "--url", "http://h:1", "--pid", "1"]])
+def test_every_model_of_a_command_builds_from_its_defaults(words: list[str]) -> None:
+    # compare once kept its stack model under args.stack, the --stack flag's own destination: with no --stack given
+    # the model read itself as the stack file (a journey caught it).
+    args = cli.build_parser().parse_args(words)
+    for value in vars(args).values():
+        if hasattr(value, "build") and hasattr(value, "flags"):
+            value.build(args, words[0])
+
+
 def test_a_stop_rule_the_model_refuses_names_the_flags_as_typed() -> None:
     args = cli.build_parser().parse_args(["bench", "--url", "http://h:1", "--regime", "short", "--stop-window", "3"])
     with pytest.raises(InputError, match="bench"):

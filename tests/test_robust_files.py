@@ -235,3 +235,38 @@ def test_a_cell_printing_megabytes_on_one_line_does_not_stall_the_campaign_displ
         assert len(p._buffer) <= progress.LONGEST_LINE + 1
         p.write("regime short: 1/3 levels\n")  # a count line after it is still read
         assert p._steps["regime short"].done == 1
+
+
+@pytest.mark.skipif(execute.kernel_name() != execute.KERNEL_NAME, reason="the project's kernel is not installed "
+                    "(`make envs`): papermill redacts the outputs of the project's notebooks, which name it")
+def test_plain_papermill_saves_a_project_notebook_redacted_even_mid_run(tmp_path):
+    """papermill saves the output notebook at each cell's start and end: a cell that prints a key, then a cell that
+    stops the process with SIGKILL (as a lost pod would) must leave no key on disk; the end's write is clean too."""
+    printed = ("import os\nprint('server said: Authorization: Bearer', os.environ['MY_SERVICE_API_KEY'])\n"
+               "print('raw', os.environ['MY_SERVICE_API_KEY'])", None)
+    env = {**__import__("os").environ, "MY_SERVICE_API_KEY": KEY}
+    done = _notebook(tmp_path / "done.ipynb", PARAMS, printed)
+    out = tmp_path / "done.out.ipynb"
+    proc = subprocess.run([str(BIN / "papermill"), str(done), str(out)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "server said" in out.read_text() and KEY not in out.read_text()
+    # Killed mid-run: the kernel kills papermill's own process (its parent's parent is the papermill CLI).
+    killed = _notebook(tmp_path / "killed.ipynb", PARAMS, printed,
+                       ("import os, signal, time\ntime.sleep(0.5)\nos.kill(os.getppid(), signal.SIGKILL)\n"
+                        "time.sleep(30)", None))
+    out = tmp_path / "killed.out.ipynb"
+    proc = subprocess.run([str(BIN / "papermill"), str(killed), str(out)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode != 0
+    assert "server said" in out.read_text() and KEY not in out.read_text()
+
+
+def test_a_notebook_that_runs_out_of_disk_says_so(tmp_path):
+    # A kernel's write on a full disk raises "[Errno 28] No space left on device", usually without a file name.
+    from offload_lab.core.errors import ProducerError
+
+    nb = _notebook(tmp_path / "full.ipynb", PARAMS,
+                   ("import errno, os\nraise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))", None))
+    with pytest.raises(ProducerError, match=r"the disk holding .* is full: free some space"):
+        execute.execute_notebook(nb, tmp_path / "out.ipynb", {}, cwd=tmp_path)

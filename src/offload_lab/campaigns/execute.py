@@ -190,9 +190,13 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], c
         _redact_kept(output)
         from offload_lab.core.redact import redact_text
 
+        # A kernel that ran out of disk says only "[Errno 28] No space left on device", often without a file name.
+        full = "[Errno 28]" in str(e.evalue) or "[Errno 122]" in str(e.evalue)
         raise ProducerError(
             f"notebook {notebook.name} failed in cell {e.cell_index} ({e.ename}: {redact_text(str(e.evalue))}); "
-            f"the output notebook is kept at {output}"
+            + (f"the disk holding {output.parent} is full: free some space or give another --data-dir, then run "
+               "again (what was written is kept); " if full else "")
+            + f"the output notebook is kept at {output}"
         ) from e
     except BaseException:
         _forget_abandoned_cell()

@@ -24,8 +24,8 @@ install its own). These translators:
 
 What it cannot reach: PyYAML's own loading of ``-y``/``-f``/``-b`` text in papermill's command line (aliases are shared
 there, so a bomb loads small; ``-y`` is bounded by the command line's length, a ``-f`` file by nothing), a kernel
-named with ``-k`` whose language is not Python, and the outputs papermill itself writes into its output notebook
-(``python -m offload_lab.campaigns.execute`` and ``campaign run`` redact theirs afterwards).
+named with ``-k`` whose language is not Python. The outputs papermill writes into a project notebook's output are
+redacted at every save by :class:`Engine`, which this module makes papermill's default.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import os
 from typing import Any
 
 import click
-from papermill.engines import NBClientEngine
+from papermill.engines import NBClientEngine, papermill_engines
 from papermill.translators import PythonTranslator, papermill_translators
 
 from offload_lab.campaigns.execute import KERNEL_NAME
@@ -140,8 +140,39 @@ class ProjectTranslator(BoundedPythonTranslator):
 
 
 class Engine(NBClientEngine):
-    """papermill's nbclient engine, unchanged: it is here so that papermill imports this module (see above)."""
+    """papermill's nbclient engine, and papermill's default engine once this module is loaded; for the project's kernel
+    every save of the output notebook is redacted (:func:`offload_lab.core.notebooks.redacted`), as
+    ``campaigns.execute`` redacts its notebooks afterwards. papermill saves at each cell's start and end and every
+    30 s: a run killed between two saves (SIGKILL, a lost pod) leaves on disk only what a save wrote, redacted, and
+    the notebook papermill writes at the end is redacted in place first. Another kernel's notebook runs as under
+    nbclient's engine."""
+
+    @classmethod
+    def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, **kwargs: Any) -> Any:
+        if kernel_name == PROJECT_KERNEL:
+            _redact_saves(nb_man)
+        return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
 
 
+def _redact_saves(nb_man: Any) -> None:
+    from papermill.iorw import write_ipynb
+
+    from offload_lab.core.notebooks import redacted
+
+    def save(**_: Any) -> None:
+        if nb_man.output_path:
+            write_ipynb(redacted(nb_man.nb), nb_man.output_path)
+        nb_man.last_save_time = nb_man.now()
+
+    def complete(_complete: Any = nb_man.notebook_complete) -> None:
+        # The executed notebook papermill returns (and writes once more) is the same object: cleaned where it is.
+        clean = redacted(nb_man.nb)
+        nb_man.nb.metadata, nb_man.nb.cells = clean.metadata, clean.cells
+        _complete()
+
+    nb_man.save, nb_man.notebook_complete = save, complete
+
+
+papermill_engines.register(None, Engine)  # after papermill's own registration of its default
 papermill_translators.register(PROJECT_KERNEL, ProjectTranslator)
 papermill_translators.register("python", BoundedPythonTranslator)

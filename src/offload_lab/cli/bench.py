@@ -48,7 +48,7 @@ def cmd_clock_check(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    return show(args, bc.compare(_built(args, "place"), _built(args, "server").url, _built(args, "stack").stack,
+    return show(args, bc.compare(_built(args, "place"), _built(args, "server").url, _built(args, "stack_choice").stack,
                                   _built(args, "params"), progress=_progress(args)))
 
 
@@ -57,7 +57,7 @@ def cmd_scrape_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_data(args: argparse.Namespace) -> int:
-    return show(args, bc.bench_data(_built(args, "place"), _built(args, "stack").stack, _built(args, "params"),
+    return show(args, bc.bench_data(_built(args, "place"), _built(args, "stack_choice").stack, _built(args, "params"),
                                     progress=_progress(args)))
 
 
@@ -89,6 +89,10 @@ def _parser(sub: Any, name: str, help_: str, docs: str, func: Any, models: dict[
     for key, (model, fields, options) in (models | {"place": (bc.RunPlace, place, PLACE)}).items():
         made[key] = add_model_options(p, model, fields, options)
     p.add_argument("--json", action="store_true", help="print JSON")
+    # Each ModelOptions sits in args under its key: a key that is also a flag's destination would replace that flag's
+    # "not given" with the ModelOptions itself (compare's --stack once read one as a stack file).
+    clash = set(made) & {a.dest for a in p._actions}
+    assert not clash, f"{name}: model keys {sorted(clash)} are also flag destinations"
     p.set_defaults(func=func, **made)
     return p
 
@@ -138,7 +142,7 @@ def add_parsers(sub: Any) -> None:
             if tools else None
         p = _parser(sub, name, help_, DOCS + " Run it under `flock /tmp/offload-vllm.lock` when it shares the "
                     "machine's vLLM.", cmd_compare, {"server": (bc.Server, ("url",), URL),
-                                                      "stack": (bc.StackChoice, ("stack",), {}),
+                                                      "stack_choice": (bc.StackChoice, ("stack",), {}),
                                                       "params": (CompareParams, tuple(CompareParams.model_fields), {
             "tools": Option(parse=lambda t: check_tools([x.strip() for x in t.split(",") if x.strip()]),
                             metavar="A,B,...", help=tools_help),
@@ -150,7 +154,7 @@ def add_parsers(sub: Any) -> None:
                                           "params": (bc.ScrapeCostParams, ("pid", "scrapes"), {})})
     _parser(sub, "bench-data", "regenerate data/bench/: clock check, open-loop knee, and the vLLM cross-checks",
             DOCS + " Run it under `flock /tmp/offload-vllm.lock`, as `make bench-data` does.", cmd_bench_data,
-            {"stack": (bc.StackChoice, ("stack",), {}), "params": (bc.BenchDataParams, ("only", "force"), {})},
+            {"stack_choice": (bc.StackChoice, ("stack",), {}), "params": (bc.BenchDataParams, ("only", "force"), {})},
             place=("data_dir",))
 
 
