@@ -182,17 +182,26 @@ def test_redirects_are_not_followed_off_the_host(tmp_path):
     assert "127.0.0.2" not in r.stderr or "HTTP 302" in r.stderr
 
 
-class _TrickleRange(BaseHTTPRequestHandler):
-    """Answers a range request with 206 and a valid Content-Range, then one byte every 0.3 s."""
+class _RangeHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers 404 for anything but the checkpoint file."""
 
     def log_message(self, *a):
         pass
 
+    def not_found(self) -> bool:
+        if self.path.endswith(".safetensors"):
+            return False
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
+
+class _TrickleRange(_RangeHandler):
+    """Answers a range request with 206 and a valid Content-Range, then one byte every 0.3 s."""
+
     def do_GET(self):  # noqa: N802
-        if not self.path.endswith(".safetensors"):
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if self.not_found():
             return
         self.send_response(206)
         self.send_header("Content-Range", "bytes 0-65535/1000000")
@@ -223,20 +232,14 @@ def test_a_range_server_trickling_bytes_ends_at_the_request_deadline():
         srv.server_close()
 
 
-class _BadRange(BaseHTTPRequestHandler):
+class _BadRange(_RangeHandler):
     """A range server that is wrong in one way (``fault``): a Content-Range from another byte, a header that is not
     JSON, a 200 with the whole body for a range request."""
 
     fault = "wrong_start"
 
-    def log_message(self, *a):
-        pass
-
     def do_GET(self):  # noqa: N802
-        if not self.path.endswith(".safetensors"):
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if self.not_found():
             return
         header = b"{not json" if self.fault == "garbage_header" else b'{"t": {"dtype": "F32", "shape": [1], ' \
             b'"data_offsets": [0, 4]}}'
