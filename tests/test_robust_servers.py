@@ -376,6 +376,17 @@ def test_open_loop_with_no_success_is_not_ok(tmp_path):
     assert manifest["outcome"] != "ok"
 
 
+def test_a_gauge_that_reads_nan_is_left_out_and_said():
+    from offload_lab.load import metrics
+
+    scraper = metrics.Scraper("http://127.0.0.1:9")
+    scraper._raw = [("during", 1, "vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running 2\n"),
+                    ("after", 2, "vllm:kv_cache_usage_perc 0.5\nvllm:num_requests_running 0\n")]
+    scraper._parse_raw()
+    assert [s["kv_cache_usage"] for s in scraper.samples] == [None, 0.5]
+    assert scraper.problems == ["during: not a finite number, left out: vllm:kv_cache_usage_perc = nan"]
+
+
 def test_counters_going_backwards_are_flagged_and_left_out():
     from offload_lab.load import metrics
 

@@ -73,16 +73,18 @@ def _check_values(text: str) -> None:
             raise ValueError(f"line {n}: value {value[:30]!r} is not a number in ASCII digits")
 
 
-def parse(text: str) -> dict[str, float]:
+def parse(text: str, nonfinite: list[str] | None = None) -> dict[str, float]:
     """Flatten a Prometheus text exposition into {sample name with labels: value}, summed over label sets that
     differ only by the model name (one server, one model). A NaN or infinite sample is left out (no figure is made
-    of it); a finite one beyond :data:`MAX_SAMPLE` is an error."""
+    of it, its name added to ``nonfinite`` when given); a finite one beyond :data:`MAX_SAMPLE` is an error."""
     _check_values(text)
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             value = float(s.value)
             if not math.isfinite(value):
+                if nonfinite is not None:
+                    nonfinite.append(f"{s.name} = {s.value}")
                 continue
             if abs(value) > MAX_SAMPLE:
                 raise ValueError(f"{s.name} = {value:g}, beyond any counter a server keeps")
@@ -92,10 +94,10 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def parse_checked(text: str, url: str) -> dict[str, float]:
+def parse_checked(text: str, url: str, nonfinite: list[str] | None = None) -> dict[str, float]:
     """:func:`parse`, with text that is not Prometheus exposition a :class:`responses.BadResponse` (exit 3)."""
     try:
-        return parse(text)
+        return parse(text, nonfinite)
     except (ValueError, TypeError, IndexError, KeyError, OverflowError) as e:
         raise responses.bad(url, "body", f"Prometheus text exposition ({str(e)[:60]})", text) from None
 
@@ -172,11 +174,21 @@ class Scraper:
             except asyncio.TimeoutError:
                 self.problems.append("during: a scrape did not end; cancelled")
         await self.scrape(client, "after")
+        self._parse_raw()
+
+    def _parse_raw(self) -> None:
         url = self.base_url.rstrip("/") + "/metrics"
         self.samples = []
         for phase, t, text in self._raw:
+            nonfinite: list[str] = []
             try:
-                self.samples.append({"phase": phase, "t_ns": t, **pick(parse_checked(text, url))})
+                self.samples.append({"phase": phase, "t_ns": t, **pick(parse_checked(text, url, nonfinite))})
+                # Left out of the figures, and said: a gauge the run reports (KV usage, queue) that read NaN is a
+                # hole in the server's view, not a zero.
+                watched = [x for x in nonfinite if any(rx.match(x.split(" = ")[0])
+                                                       for rx in (*_PATTERNS.values(), *_HISTOGRAMS.values()))]
+                if watched:
+                    self.problems.append(f"{phase}: not a finite number, left out: {', '.join(watched[:3])}")
             except responses.BadResponse as e:
                 # The server's own view is a side figure: the run keeps its requests, the reason is recorded.
                 self.problems.append(f"{phase}: {e}")
