@@ -44,6 +44,10 @@ STREAM_BYTES_PER_TOKEN = 16 << 10
 PROMPT_SLACK = 256  # tokens a chat template may add to a prompt (usage_lie)
 
 
+# The text can be large; the prompt's sent length is the event's expected_prompt_tokens already (load.share).
+_NOT_IN_EVENT = ("text", "sent_prompt_tokens")
+
+
 @dataclass
 class RequestRecord:
     """What one request did, with raw timestamps (ns, monotonic) and the metrics derived from them."""
@@ -128,7 +132,7 @@ class RequestRecord:
 
         A shallow dict (the lists are shared, not copied): it is serialized at once, and at a level's request
         boundaries every stream builds one, so its cost lands on other streams' timestamps."""
-        raw = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "text"}
+        raw = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_IN_EVENT}
         raw.update(
             ttft_s=self.ttft_s, tpot_ms=self.tpot_ms, e2e_s=self.e2e_s, tok_s=self.tok_s,
             output_tokens=self.output_tokens, ok=self.ok,

@@ -112,9 +112,10 @@ def run_sweep(run: runs.Run, base_url: str, params: SweepParams, model: str | No
     if stop.reason:
         raise SweepStopped(f"the stop rule ended the sweep at {levels['streams'].iloc[-1] if len(levels) else '?'} "
                            f"stream(s): {stop.reason}; what was measured is kept in {run.path}")
-    if verdict["levels"] and verdict["unmeasured_streams"] == verdict["levels"]:
+    medians = verdict["median_by_streams"]
+    if medians and all(v is None for v in medians.values()):
         # Tokens that all come in one read have no time between them: a speed of 0 or infinity, never a result.
-        raise ServerError(f"no level's per-stream speed could be measured ({len(verdict['levels'])} level(s)): no "
+        raise ServerError(f"no level's per-stream speed could be measured ({len(medians)} level(s)): no "
                           "request succeeded, or each stream's tokens came in one read without time between them "
                           f"(a server or proxy that buffers the stream?); what was measured is kept in {run.path}")
     return verdict
@@ -256,8 +257,6 @@ def sweep_verdict(levels: pd.DataFrame, bar_tok_s: float, margin: float) -> dict
         "provisioning_streams": provision,
         "p5_by_streams": {int(r["streams"]): _num(r["tok_s_p5"]) for _, r in ordered.iterrows()},
         "median_by_streams": {int(r["streams"]): _num(r["tok_s_median"]) for _, r in ordered.iterrows()},
-        "levels": [int(r["streams"]) for _, r in ordered.iterrows()],
-        "unmeasured_streams": [int(r["streams"]) for _, r in ordered.iterrows() if _num(r["tok_s_median"]) is None],
     }
 
 
